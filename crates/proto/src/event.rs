@@ -1,0 +1,190 @@
+//! Salt's event-bus framing (`salt/utils/event.py`, `salt/transport/tcp.py`), without I/O.
+//!
+//! - An **event** is `tag || "\n\n" || msgpack(data)` ([`pack_event`], [`unpack_event`]).
+//! - A sender writes to the pull socket `uint32_be(len) || msgpack({"head": {}, "body": bin(event)})`
+//!   ([`frame_pull`], [`PullFrame::check`]).
+//! - The publisher forwards the same map without the prefix to every subscriber
+//!   ([`frame_pub`]); subscribers read a stream of such maps ([`decode_pub_stream`]).
+//!
+//! "Need more bytes" ([`Frame::Incomplete`]) is not an error; a frame over the size limit or
+//! a body that is not an event is [`Error`], and the caller drops that connection.
+
+use crate::{value, Error, Result, Value};
+use chrono::{DateTime, Utc};
+
+/// Separator between tag and data (`TAGEND`).
+pub const TAGEND: &[u8] = b"\n\n";
+
+/// Packs an event body.
+pub fn pack_event(tag: &str, data: &Value) -> Vec<u8> {
+    let mut out = Vec::with_capacity(tag.len() + 2 + 64);
+    out.extend_from_slice(tag.as_bytes());
+    out.extend_from_slice(TAGEND);
+    rmpv::encode::write_value(&mut out, data).expect("writing msgpack into a Vec cannot fail");
+    out
+}
+
+/// Splits an event body at the first `\n\n` and decodes the data.
+pub fn unpack_event(raw: &[u8]) -> Result<(String, Value)> {
+    let pos = raw
+        .windows(2)
+        .position(|w| w == TAGEND)
+        .ok_or_else(|| Error::Malformed("event without tag separator".into()))?;
+    let tag = std::str::from_utf8(&raw[..pos]).map_err(|_| Error::Malformed("event tag is not UTF-8".into()))?;
+    if tag.is_empty() {
+        return Err(Error::Malformed("empty event tag".into()));
+    }
+    let data = value::decode(&raw[pos + 2..])?;
+    Ok((tag.to_owned(), data))
+}
+
+/// The `_stamp` Salt's `fire_event` adds: ISO-8601 UTC with `+00:00`.
+pub fn stamp(now: DateTime<Utc>) -> String {
+    now.format("%Y-%m-%dT%H:%M:%S%.6f+00:00").to_string()
+}
+
+fn wrap(event: &[u8]) -> Vec<u8> {
+    value::encode(&value::map([("head", Value::Map(vec![])), ("body", value::bin(event.to_vec()))]))
+}
+
+/// The bytes a sender writes to a pull socket for one event body.
+pub fn frame_pull(event: &[u8]) -> Vec<u8> {
+    let body = wrap(event);
+    let mut out = Vec::with_capacity(4 + body.len());
+    out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    out.extend_from_slice(&body);
+    out
+}
+
+/// The bytes the publisher writes to each subscriber for one event body.
+pub fn frame_pub(event: &[u8]) -> Vec<u8> {
+    wrap(event)
+}
+
+/// The outcome of looking at a buffer for one frame.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Frame {
+    /// Not enough bytes yet.
+    Incomplete,
+    /// A whole frame: its event body and the bytes it used in the buffer.
+    Complete {
+        /// The event body (`tag\n\n msgpack`).
+        event: Vec<u8>,
+        /// How many bytes of the buffer the frame took.
+        consumed: usize,
+    },
+}
+
+/// Parsing of the length-prefixed pull stream.
+pub struct PullFrame;
+
+impl PullFrame {
+    /// Looks for one frame at the start of `buf`. Frames whose declared length exceeds
+    /// `max_len` are refused before anything is allocated.
+    pub fn check(buf: &[u8], max_len: usize) -> Result<Frame> {
+        let Some(len) = buf.get(..4) else { return Ok(Frame::Incomplete) };
+        let len = u32::from_be_bytes([len[0], len[1], len[2], len[3]]) as usize;
+        if len > max_len {
+            return Err(Error::TooLarge { size: len, limit: max_len });
+        }
+        let Some(body) = buf.get(4..4 + len) else { return Ok(Frame::Incomplete) };
+        let event = event_of_wrapper(&value::decode(body)?)?;
+        Ok(Frame::Complete { event, consumed: 4 + len })
+    }
+}
+
+fn event_of_wrapper(v: &Value) -> Result<Vec<u8>> {
+    value::get_bytes(v, "body")
+        .map(<[u8]>::to_vec)
+        .ok_or_else(|| Error::Malformed("frame without a body".into()))
+}
+
+/// Reads one `{"head", "body"}` map from the front of a subscriber stream.
+pub fn decode_pub_stream(buf: &[u8], max_len: usize) -> Result<Frame> {
+    if buf.is_empty() {
+        return Ok(Frame::Incomplete);
+    }
+    let mut rd = buf;
+    match rmpv::decode::read_value_with_max_depth(&mut rd, value::MAX_DEPTH) {
+        Ok(v) => {
+            let consumed = buf.len() - rd.len();
+            if consumed > max_len {
+                return Err(Error::TooLarge { size: consumed, limit: max_len });
+            }
+            Ok(Frame::Complete { event: event_of_wrapper(&v)?, consumed })
+        }
+        Err(e) if is_eof(&e) => {
+            if buf.len() > max_len {
+                Err(Error::TooLarge { size: buf.len(), limit: max_len })
+            } else {
+                Ok(Frame::Incomplete)
+            }
+        }
+        Err(e) => Err(Error::Msgpack(e.to_string())),
+    }
+}
+
+fn is_eof(e: &rmpv::decode::Error) -> bool {
+    use rmpv::decode::Error as E;
+    match e {
+        E::InvalidMarkerRead(io) | E::InvalidDataRead(io) => io.kind() == std::io::ErrorKind::UnexpectedEof,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // salt-protocol.md Appendix B.5, produced by stock Salt.
+    const B5_EVENT: &[u8] = b"salt/job/123/ret/m1\n\n\x82\xa1a\xc4\x01x\xa1s\xa1y";
+
+    #[test]
+    fn pull_frame_matches_salt_bytes() {
+        let mut expect = vec![0x00, 0x00, 0x00, 0x2d, 0x82, 0xa4];
+        expect.extend_from_slice(b"head");
+        expect.extend_from_slice(&[0x80, 0xa4]);
+        expect.extend_from_slice(b"body");
+        expect.extend_from_slice(&[0xc4, 0x1f]);
+        expect.extend_from_slice(B5_EVENT);
+        assert_eq!(frame_pull(B5_EVENT), expect);
+        assert_eq!(frame_pub(B5_EVENT), expect[4..]);
+    }
+
+    #[test]
+    fn event_round_trips() {
+        let (tag, data) = unpack_event(B5_EVENT).unwrap();
+        assert_eq!(tag, "salt/job/123/ret/m1");
+        assert_eq!(value::get_bytes(&data, "a"), Some(&b"x"[..]));
+        assert_eq!(pack_event(&tag, &data), B5_EVENT);
+    }
+
+    #[test]
+    fn incomplete_is_not_an_error() {
+        let f = frame_pull(B5_EVENT);
+        for cut in 0..f.len() {
+            assert_eq!(PullFrame::check(&f[..cut], 1 << 20).unwrap(), Frame::Incomplete);
+        }
+        assert!(matches!(PullFrame::check(&f, 1 << 20).unwrap(), Frame::Complete { consumed, .. } if consumed == f.len()));
+        let p = frame_pub(B5_EVENT);
+        for cut in 0..p.len() {
+            assert_eq!(decode_pub_stream(&p[..cut], 1 << 20).unwrap(), Frame::Incomplete);
+        }
+    }
+
+    #[test]
+    fn oversized_and_garbage_frames_are_errors() {
+        assert!(matches!(PullFrame::check(&[0xff, 0xff, 0xff, 0xff], 1 << 20), Err(Error::TooLarge { .. })));
+        assert!(PullFrame::check(&[0, 0, 0, 1, 0xc1], 1 << 20).is_err());
+        assert!(PullFrame::check(&[0, 0, 0, 1, 0x01], 1 << 20).is_err());
+        assert!(unpack_event(b"no separator").is_err());
+        assert!(unpack_event(b"\n\n\x80").is_err());
+    }
+
+    #[test]
+    fn stamp_has_utc_offset() {
+        use chrono::TimeZone;
+        let t = Utc.with_ymd_and_hms(2026, 11, 22, 7, 23, 15).unwrap() + chrono::Duration::microseconds(104997);
+        assert_eq!(stamp(t), "2026-11-22T07:23:15.104997+00:00");
+    }
+}
