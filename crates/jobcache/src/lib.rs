@@ -75,9 +75,13 @@ pub enum Error {
         /// The version this crate writes.
         expected: u64,
     },
-    /// A value could not be encoded as msgpack.
+    /// Writing msgpack failed (it cannot when writing into memory; kept so no path panics).
     #[error("msgpack encoding failed: {0}")]
     Encode(#[from] rmpv::encode::Error),
+    /// A value cannot be stored so that it reads back: nested deeper than the cache decodes
+    /// (100 container levels) or a container or blob longer than msgpack's 2^32 - 1.
+    #[error("value cannot be stored: {0}")]
+    Unstorable(String),
     /// A minion id that cannot safely be a directory name (Salt's `valid_id` rules).
     #[error("invalid minion id {0:?}")]
     InvalidMinionId(String),
@@ -163,8 +167,13 @@ pub trait JobStore: Send + Sync {
 
     /// Stores one minion's return. A return for a jid with no saved load is kept (Salt does
     /// the same) and starts that jid's retention clock at `now`.
-    fn add_return(&self, jid: &str, minion_id: &str, load: &Value, now: u64)
-        -> Result<ReturnStatus>;
+    fn add_return(
+        &self,
+        jid: &str,
+        minion_id: &str,
+        load: &Value,
+        now: u64,
+    ) -> Result<ReturnStatus>;
 
     /// Stores many returns; the answer has one status per input, in order. Later entries
     /// of the same batch for an already-seen (jid, minion) are duplicates too.

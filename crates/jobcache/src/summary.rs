@@ -56,7 +56,7 @@ impl JobSummary {
     }
 
     /// The summary as the map `local_cache.get_jids` gives per jid: `Function`, `Arguments`,
-    /// `Target`, `Target-type`, `User`, [`Metadata`], `StartTime`.
+    /// `Target`, `Target-type`, `User`, `Metadata` (when known), `StartTime`.
     pub fn to_salt_value(&self) -> Value {
         let mut entries = vec![
             (text("Function"), self.function.clone()),
@@ -178,7 +178,10 @@ mod tests {
             ]),
         )]);
         for load in [top, kwargs, in_arg] {
-            assert_eq!(JobSummary::from_load("j", 0, &load).metadata, Some(md.clone()));
+            assert_eq!(
+                JobSummary::from_load("j", 0, &load).metadata,
+                Some(md.clone())
+            );
         }
     }
 
@@ -198,7 +201,14 @@ mod tests {
         let keys: Vec<_> = entries.iter().map(|(k, _)| k.as_str().unwrap()).collect();
         assert_eq!(
             keys,
-            ["Function", "Arguments", "Target", "Target-type", "User", "StartTime"]
+            [
+                "Function",
+                "Arguments",
+                "Target",
+                "Target-type",
+                "User",
+                "StartTime"
+            ]
         );
         assert_eq!(entries[4].1, text("sudo_bob"));
         assert_eq!(entries[5].1, text("2024, Jan 01 12:00:00.123456"));

@@ -1,1 +1,275 @@
-//! placeholder
+//! The Halite master: Salt 3008's master protocol on ZeroMQ, with an embedded job cache and
+//! a Salt-format event bus.
+//!
+//! [`run`] binds everything and serves until the shutdown token is cancelled:
+//! - request workers (`worker_threads` OS threads) answer the request port through the
+//!   handler tables in [`dispatch`];
+//! - the [`publisher::Publisher`] owns the AES key and the publish serial;
+//! - the [`jobs::JobWriter`] thread writes the job cache (redb) and Salt's `local_cache`;
+//! - a maintenance task refreshes the [`keys::KeyIndex`] when key directories change and
+//!   rotates the AES key when a key is removed (so a deleted minion can no longer read
+//!   publishes, as Salt's `rotate_aes_key` does).
+//!
+//! What it does not do: targeting decisions on minions (minions decide), execution, or
+//! anything on the minion bus.
+
+pub mod dispatch;
+pub mod events;
+pub mod jobs;
+pub mod keys;
+pub mod publisher;
+pub mod sessions;
+
+use events::EventSink;
+use halite_config::MasterConfig;
+use halite_jobcache::{HashType, LocalCacheWriter, RedbJobStore};
+use halite_keystore::KeyStore;
+use halite_proto::jid::JidGenerator;
+use halite_proto::rsa::{PrivateKey, SigAlgo};
+use halite_proto::value::{map, s};
+use halite_proto::Value;
+use halite_transport::zeromq::{ZmqServer, ZmqServerConfig};
+use halite_transport::ServerTransport;
+use jobs::JobWriter;
+use keys::{KeyChange, KeyIndex};
+use publisher::Publisher;
+use sessions::Sessions;
+use std::collections::HashMap;
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::Path;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// How often the key directories are checked for changes.
+pub const KEY_REFRESH_INTERVAL: Duration = Duration::from_millis(500);
+
+/// Errors that stop the master from starting.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A directory or file the master needs could not be created or read.
+    #[error("{what} {path}: {source}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// The path.
+        path: std::path::PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The pki directory or the master keys are unusable.
+    #[error("keys: {0}")]
+    Keys(String),
+    /// The job cache could not be opened.
+    #[error("job cache: {0}")]
+    JobCache(#[from] halite_jobcache::Error),
+    /// A socket could not be bound.
+    #[error("transport: {0}")]
+    Transport(#[from] halite_transport::Error),
+    /// The event bus could not be bound.
+    #[error("event bus: {0}")]
+    Bus(#[from] halite_bus::Error),
+}
+
+/// The master's shared state, used by every request worker.
+pub struct Master {
+    cfg: MasterConfig,
+    key: PrivateKey,
+    pub_clean: String,
+    keys: KeyIndex,
+    sessions: Sessions,
+    publisher: Publisher,
+    events: Arc<dyn EventSink>,
+    jobs: JobWriter,
+    local_cache: LocalCacheWriter,
+    jids: Mutex<JidGenerator>,
+    grains: RwLock<HashMap<String, Value>>,
+    client_keys: Vec<(String, String)>,
+    regex: halite_target::pyre::RegexCache,
+}
+
+impl Master {
+    fn next_jid(&self) -> String {
+        self.jids.lock().unwrap_or_else(|e| e.into_inner()).next(chrono::Utc::now())
+    }
+
+    /// The minions a publish is expected to reach, and listed ids that have no key.
+    fn expected_minions(&self, tgt: &Value, tgt_type: &str, delimiter: &str) -> (Vec<String>, Vec<String>) {
+        let ids = self.keys.accepted_ids();
+        let grains = self.grains.read().unwrap_or_else(|e| e.into_inner());
+        let data = |id: &str| grains.get(id).cloned();
+        halite_target::check_minions(tgt, tgt_type, delimiter, &ids, &data, &self.regex)
+    }
+
+    /// Applies key-directory changes: drops session keys of removed minions, rotates the
+    /// AES key when an accepted key went away, fires `salt/key`.
+    fn apply_key_changes(&self, changes: Vec<KeyChange>) {
+        let mut rotate = false;
+        for change in changes {
+            match change {
+                KeyChange::Accepted(id) => {
+                    self.events.fire("salt/key", map([("result", Value::from(true)), ("act", s("accept")), ("id", s(id))]));
+                }
+                KeyChange::Removed(id) => {
+                    self.sessions.remove(&id);
+                    rotate = true;
+                    let act = match self.keys.store().get(&id) {
+                        Ok(Some((halite_proto::auth::KeyState::Rejected, _))) => "reject",
+                        _ => "delete",
+                    };
+                    self.events.fire("salt/key", map([("result", Value::from(true)), ("act", s(act)), ("id", s(id))]));
+                }
+            }
+        }
+        if rotate {
+            tracing::info!("Rotating AES key");
+            self.publisher.rotate();
+            self.events.fire("key", map([("rotate_aes_key", Value::from(true))]));
+        }
+    }
+}
+
+fn io_err(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+    move |source| Error::Io { what, path: path.to_owned(), source }
+}
+
+/// Writes a fresh `cachedir/.<user>_key` for each local user allowed to publish, as
+/// `salt.daemons.masterapi.access_keys` does, and returns them.
+fn write_client_keys(cfg: &MasterConfig) -> Result<Vec<(String, String)>, Error> {
+    let mut users = vec![cfg.user.clone(), "root".to_owned()];
+    if let Some(me) = current_user() {
+        users.push(me);
+    }
+    users.sort();
+    users.dedup();
+    let mut out = Vec::new();
+    for user in users {
+        let path = cfg.cachedir.join(format!(".{user}_key"));
+        let _ = std::fs::remove_file(&path);
+        let key = halite_proto::crypticle::generate_key_string();
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(io_err("cannot write", &path))?;
+        f.write_all(key.as_bytes()).map_err(io_err("cannot write", &path))?;
+        out.push((user, key));
+    }
+    Ok(out)
+}
+
+fn current_user() -> Option<String> {
+    // SAFETY: getpwuid returns a pointer to static storage or null; the name is copied out
+    // before any other call into the passwd functions.
+    unsafe {
+        let pw = libc::getpwuid(libc::geteuid());
+        if pw.is_null() {
+            return None;
+        }
+        std::ffi::CStr::from_ptr((*pw).pw_name).to_str().ok().map(str::to_owned)
+    }
+}
+
+fn make_dir(path: &Path, mode: u32) -> Result<(), Error> {
+    std::fs::create_dir_all(path).map_err(io_err("cannot create", path))?;
+    let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode));
+    Ok(())
+}
+
+/// Runs the master until `shutdown` is cancelled.
+pub async fn run(cfg: MasterConfig, shutdown: CancellationToken) -> Result<(), Error> {
+    make_dir(&cfg.cachedir, 0o755)?;
+    make_dir(&cfg.sock_dir, 0o750)?;
+    let store = KeyStore::open(&cfg.pki_dir).map_err(|e| Error::Keys(e.to_string()))?;
+    let master_id = cfg.id.strip_suffix("_master").unwrap_or(&cfg.id).to_owned();
+    let (key, pub_clean) =
+        store.load_or_create_master_keys(&master_id, cfg.keysize).map_err(|e| Error::Keys(e.to_string()))?;
+
+    let bus_sockets = halite_bus::BusSockets::master(&cfg.sock_dir);
+    let (bus, bus_task) = halite_bus::BusServer::bind(bus_sockets, cfg.max_event_size, shutdown.child_token()).await?;
+
+    // `salt` (LocalClient) refuses to publish unless this path exists; Halite takes
+    // publishes on the request port, so the path is a marker, like Salt's `workers.ipc`.
+    let marker = cfg.sock_dir.join("publish_pull.ipc");
+    std::fs::write(&marker, b"").map_err(io_err("cannot write", &marker))?;
+
+    let job_store = Arc::new(RedbJobStore::open(cfg.cachedir.join("jobs.redb"))?);
+    let hash_type: HashType = cfg.hash_type.parse().unwrap_or_default();
+    let (jobs, jobs_thread) = JobWriter::spawn(job_store, LocalCacheWriter::new(&cfg.cachedir, hash_type), cfg.keep_jobs_seconds);
+
+    let zcfg = ZmqServerConfig::new(&cfg.interface, cfg.ipv6, cfg.ret_port, cfg.publish_port);
+    let (transport, incoming) = ZmqServer::bind(&zcfg)?;
+    let transport = Arc::new(transport);
+    let signer = cfg.sign_pub_messages.then(|| {
+        let algo = SigAlgo::parse(&cfg.publish_signing_algorithm).unwrap_or(SigAlgo::Pkcs1v15Sha1);
+        (key.clone(), algo)
+    });
+    let publisher = Publisher::new(transport.clone() as Arc<dyn ServerTransport>, signer);
+
+    let master = Arc::new(Master {
+        client_keys: write_client_keys(&cfg)?,
+        sessions: Sessions::new(&cfg.cachedir, cfg.publish_session).map_err(io_err("cannot create sessions in", &cfg.cachedir))?,
+        keys: KeyIndex::load(store),
+        local_cache: LocalCacheWriter::new(&cfg.cachedir, hash_type),
+        key,
+        pub_clean,
+        publisher,
+        events: Arc::new(bus.clone()),
+        jobs,
+        jids: Mutex::new(JidGenerator::default()),
+        grains: RwLock::new(HashMap::new()),
+        regex: halite_target::pyre::RegexCache::new(256),
+        cfg,
+    });
+
+    // Request workers: OS threads, like Salt's MWorkers, sharing one queue.
+    let incoming = Arc::new(Mutex::new(incoming));
+    let mut workers = Vec::new();
+    for n in 0..master.cfg.worker_threads.max(1) {
+        let (m, rx, t) = (master.clone(), incoming.clone(), transport.clone());
+        workers.push(
+            std::thread::Builder::new()
+                .name(format!("mworker-{n}"))
+                .spawn(move || loop {
+                    let next = rx.lock().unwrap_or_else(|e| e.into_inner()).blocking_recv();
+                    let Some(req) = next else { return };
+                    let reply = m.handle_request(&req.body);
+                    if t.reply(req.peer, reply).is_err() {
+                        return;
+                    }
+                })
+                .map_err(io_err("cannot start worker threads in", Path::new("/")))?,
+        );
+    }
+
+    tracing::info!(
+        "The Salt Master is ready: request port {}, publish port {}",
+        master.cfg.ret_port,
+        master.cfg.publish_port
+    );
+    let mut tick = tokio::time::interval(KEY_REFRESH_INTERVAL);
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = tick.tick() => {
+                let m = master.clone();
+                let changes = tokio::task::spawn_blocking(move || m.keys.refresh()).await.unwrap_or_default();
+                if !changes.is_empty() {
+                    master.apply_key_changes(changes);
+                }
+            }
+        }
+    }
+    tracing::info!("The Salt Master is shutting down");
+    transport.shutdown();
+    for w in workers {
+        let _ = w.join();
+    }
+    drop(master);
+    let _ = tokio::task::spawn_blocking(move || jobs_thread.join()).await;
+    let _ = std::fs::remove_file(marker);
+    let _ = bus_task.await;
+    Ok(())
+}

@@ -56,6 +56,9 @@ pub enum Store {
     Nothing,
     /// Write the presented key with this state (moving it from any other state).
     Key(KeyState),
+    /// Move the id's stored key, content unchanged, to this state (autoreject of a
+    /// pending key: Salt rejects what it has, not what was presented).
+    MoveStored(KeyState),
     /// Add the presented key to the denied keys of the id.
     AddDenied,
 }
@@ -119,39 +122,56 @@ pub fn decide(stored: Option<(KeyState, &str)>, presented_pub: &str, policy: Pol
     }
     let same = |k: &str| clean_key(k) == clean_key(presented_pub);
     if policy.open_mode {
+        // Salt rewrites the key only when the stripped text differs, whatever its state.
         let store = match stored {
-            Some((KeyState::Accepted, k)) if same(k) => Store::Nothing,
+            Some((_, k)) if k.trim() == presented_pub.trim() => Store::Nothing,
             _ => Store::Key(KeyState::Accepted),
         };
         return Decision::Accept { store };
     }
     match stored {
-        Some((KeyState::Rejected, _)) => Decision::Reject { store: Store::Nothing },
+        Some((KeyState::Rejected, _)) => Decision::Reject {
+            store: Store::Nothing,
+        },
         Some((KeyState::Accepted, k)) => {
             if same(k) {
-                Decision::Accept { store: Store::Nothing }
+                Decision::Accept {
+                    store: Store::Nothing,
+                }
             } else {
                 Decision::Deny
             }
         }
         None | Some((KeyState::Denied, _)) => {
             if policy.autoreject {
-                Decision::Reject { store: Store::Key(KeyState::Rejected) }
+                Decision::Reject {
+                    store: Store::Key(KeyState::Rejected),
+                }
             } else if !policy.autosign {
-                Decision::Pend { store: Store::Key(KeyState::Pending) }
+                Decision::Pend {
+                    store: Store::Key(KeyState::Pending),
+                }
             } else {
-                Decision::Accept { store: Store::Key(KeyState::Accepted) }
+                Decision::Accept {
+                    store: Store::Key(KeyState::Accepted),
+                }
             }
         }
         Some((KeyState::Pending, k)) => {
             if policy.autoreject {
-                Decision::Reject { store: Store::Key(KeyState::Rejected) }
+                Decision::Reject {
+                    store: Store::MoveStored(KeyState::Rejected),
+                }
             } else if !same(k) {
                 Decision::Deny
             } else if !policy.autosign {
-                Decision::Pend { store: Store::Nothing }
+                Decision::Pend {
+                    store: Store::Nothing,
+                }
             } else {
-                Decision::Accept { store: Store::Key(KeyState::Accepted) }
+                Decision::Accept {
+                    store: Store::Key(KeyState::Accepted),
+                }
             }
         }
     }
@@ -169,10 +189,30 @@ mod tests {
 
     const A: &str = "-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----";
     const B: &str = "-----BEGIN PUBLIC KEY-----\nBBBB\n-----END PUBLIC KEY-----";
-    const MANUAL: Policy = Policy { open_mode: false, autosign: false, autoreject: false, full: false };
-    const AUTO: Policy = Policy { open_mode: false, autosign: true, autoreject: false, full: false };
-    const REJECTING: Policy = Policy { open_mode: false, autosign: false, autoreject: true, full: false };
-    const OPEN: Policy = Policy { open_mode: true, autosign: false, autoreject: false, full: false };
+    const MANUAL: Policy = Policy {
+        open_mode: false,
+        autosign: false,
+        autoreject: false,
+        full: false,
+    };
+    const AUTO: Policy = Policy {
+        open_mode: false,
+        autosign: true,
+        autoreject: false,
+        full: false,
+    };
+    const REJECTING: Policy = Policy {
+        open_mode: false,
+        autosign: false,
+        autoreject: true,
+        full: false,
+    };
+    const OPEN: Policy = Policy {
+        open_mode: true,
+        autosign: false,
+        autoreject: false,
+        full: false,
+    };
 
     macro_rules! case {
         ($name:ident: $stored:expr, $presented:expr, $policy:expr => $want:expr) => {
@@ -193,7 +233,8 @@ mod tests {
     case!(pending_same_key_stays_pending: Some((Pending, A)), A, MANUAL => Decision::Pend { store: Store::Nothing });
     case!(pending_changed_key_is_denied: Some((Pending, A)), B, MANUAL => Decision::Deny);
     case!(pending_key_is_accepted_once_autosigned: Some((Pending, A)), A, AUTO => Decision::Accept { store: Store::Key(Accepted) });
-    case!(pending_key_matching_autoreject_is_rejected: Some((Pending, A)), A, REJECTING => Decision::Reject { store: Store::Key(Rejected) });
+    case!(pending_key_matching_autoreject_is_rejected: Some((Pending, A)), B, REJECTING => Decision::Reject { store: Store::MoveStored(Rejected) });
+    case!(open_mode_keeps_a_pending_key_that_did_not_change: Some((Pending, A)), A, OPEN => Decision::Accept { store: Store::Nothing });
     case!(open_mode_accepts_a_changed_key_and_stores_it: Some((Accepted, A)), B, OPEN => Decision::Accept { store: Store::Key(Accepted) });
     case!(full_master_refuses: None, A, Policy { full: true, ..AUTO } => Decision::Full);
 
@@ -211,7 +252,10 @@ mod tests {
     fn event_fields_follow_salt() {
         assert_eq!(Decision::Deny.act(), "denied");
         assert!(!Decision::Deny.result());
-        assert!(Decision::Pend { store: Store::Nothing }.result());
+        assert!(Decision::Pend {
+            store: Store::Nothing
+        }
+        .result());
         assert_eq!(Decision::Deny.store(), Store::AddDenied);
     }
 }

@@ -60,7 +60,11 @@ impl Crypticle {
         let mut hmac = [0u8; HMAC_LEN];
         aes.copy_from_slice(&raw[..AES_LEN]);
         hmac.copy_from_slice(&raw[AES_LEN..]);
-        Ok(Self { aes, hmac, key_string: key_string.to_owned() })
+        Ok(Self {
+            aes,
+            hmac,
+            key_string: key_string.to_owned(),
+        })
     }
 
     /// A Crypticle with a fresh random key.
@@ -103,7 +107,9 @@ impl Crypticle {
 
     /// Verifies and decrypts a blob produced by [`encrypt`](Self::encrypt) or by Salt.
     pub fn decrypt(&self, blob: &[u8]) -> Result<Vec<u8>> {
-        if blob.len() < IV_LEN + 16 + HMAC_LEN || (blob.len() - HMAC_LEN - IV_LEN) % 16 != 0 {
+        if blob.len() < IV_LEN + 16 + HMAC_LEN
+            || !(blob.len() - HMAC_LEN - IV_LEN).is_multiple_of(16)
+        {
             return Err(Error::BadHmac);
         }
         let (body, tag) = blob.split_at(blob.len() - HMAC_LEN);
@@ -177,7 +183,9 @@ mod tests {
         let n = "0123456789abcdef0123456789abcdef";
         let blob = c.dumps(&v, Some(n)).unwrap();
         assert_eq!(c.loads(&blob, Some(n)).unwrap(), v);
-        assert!(c.loads(&blob, Some("ffffffffffffffffffffffffffffffff")).is_err());
+        assert!(c
+            .loads(&blob, Some("ffffffffffffffffffffffffffffffff"))
+            .is_err());
     }
 
     #[test]
@@ -202,7 +210,7 @@ mod tests {
         for len in 0..40 {
             let pt = vec![0x41u8; len];
             let blob = c.encrypt(&pt).unwrap();
-            assert_eq!((blob.len() - IV_LEN - HMAC_LEN) % 16, 0);
+            assert!((blob.len() - IV_LEN - HMAC_LEN).is_multiple_of(16));
             assert_eq!(c.decrypt(&blob).unwrap(), pt);
         }
     }

@@ -47,23 +47,35 @@ impl Request {
             return Err(Error::Malformed("request is not a map".into()));
         }
         let enc = value::require_str(body, "enc")?;
-        let load = value::get(body, "load").ok_or_else(|| Error::Malformed("request without load".into()))?;
+        let load = value::get(body, "load")
+            .ok_or_else(|| Error::Malformed("request without load".into()))?;
         let version = value::get_i64(body, "version").unwrap_or(0);
         match enc {
             "clear" => {
                 if !matches!(load, Value::Map(_)) {
                     return Err(Error::Malformed("clear load is not a map".into()));
                 }
-                Ok(Self::Clear { load: load.clone(), version })
+                Ok(Self::Clear {
+                    load: load.clone(),
+                    version,
+                })
             }
             "aes" => {
                 let id = value::require_str(body, "id")?.to_owned();
                 let blob = value::bytes_of(load)
                     .ok_or_else(|| Error::Malformed("aes load is not bytes".into()))?
                     .to_vec();
-                let enc_algo = EncAlgo::parse(value::get_str(body, "enc_algo").unwrap_or("OAEP-SHA1"))?;
-                let sig_algo = SigAlgo::parse(value::get_str(body, "sig_algo").unwrap_or("PKCS1v15-SHA1"))?;
-                Ok(Self::Aes { id, blob, version, enc_algo, sig_algo })
+                let enc_algo =
+                    EncAlgo::parse(value::get_str(body, "enc_algo").unwrap_or("OAEP-SHA1"))?;
+                let sig_algo =
+                    SigAlgo::parse(value::get_str(body, "sig_algo").unwrap_or("PKCS1v15-SHA1"))?;
+                Ok(Self::Aes {
+                    id,
+                    blob,
+                    version,
+                    enc_algo,
+                    sig_algo,
+                })
             }
             other => Err(Error::Malformed(format!("unknown enc {other:?}"))),
         }
@@ -104,8 +116,14 @@ impl AuthLoadError {
     /// The reply Salt sends for this error.
     pub fn reply(&self) -> Value {
         match self {
-            Self::BadEncAlgo => map([("enc", s("clear")), ("load", map([("ret", s("bad enc algo"))]))]),
-            Self::BadSigAlgo => map([("enc", s("clear")), ("load", map([("ret", s("bad sig algo"))]))]),
+            Self::BadEncAlgo => map([
+                ("enc", s("clear")),
+                ("load", map([("ret", s("bad enc algo"))])),
+            ]),
+            Self::BadSigAlgo => map([
+                ("enc", s("clear")),
+                ("load", map([("ret", s("bad sig algo"))])),
+            ]),
             Self::Malformed(_) => s(BAD_LOAD),
         }
     }
@@ -115,9 +133,9 @@ impl AuthRequest {
     /// Reads an `_auth` clear load.
     pub fn parse(load: &Value) -> std::result::Result<Self, AuthLoadError> {
         let field = |k: &str| {
-            value::get_str(load, k)
-                .map(str::to_owned)
-                .ok_or_else(|| AuthLoadError::Malformed(format!("missing or non-string field {k:?}")))
+            value::get_str(load, k).map(str::to_owned).ok_or_else(|| {
+                AuthLoadError::Malformed(format!("missing or non-string field {k:?}"))
+            })
         };
         let id = field("id")?;
         let nonce = field("nonce")?;
@@ -128,7 +146,15 @@ impl AuthRequest {
             .map_err(|_| AuthLoadError::BadSigAlgo)?;
         let token = value::get_bytes(load, "token").map(<[u8]>::to_vec);
         let autosign_grains = value::get(load, "autosign_grains").cloned();
-        Ok(Self { id, nonce, enc_algo, sig_algo, pub_pem, token, autosign_grains })
+        Ok(Self {
+            id,
+            nonce,
+            enc_algo,
+            sig_algo,
+            pub_pem,
+            token,
+            autosign_grains,
+        })
     }
 }
 
@@ -136,12 +162,20 @@ impl AuthRequest {
 pub fn signed_clear(master: &PrivateKey, inner: &Value, sig_algo: SigAlgo) -> Result<Value> {
     let load = value::encode(inner);
     let sig = master.sign(&load, sig_algo)?;
-    Ok(map([("enc", s("clear")), ("load", bin(load)), ("sig", bin(sig))]))
+    Ok(map([
+        ("enc", s("clear")),
+        ("load", bin(load)),
+        ("sig", bin(sig)),
+    ]))
 }
 
 /// A signed `{"ret": ret, "nonce": nonce}` reply (pending, rejected, denied, full).
 pub fn ret_reply(master: &PrivateKey, req: &AuthRequest, ret: Value) -> Result<Value> {
-    signed_clear(master, &map([("ret", ret), ("nonce", s(req.nonce.clone()))]), req.sig_algo)
+    signed_clear(
+        master,
+        &map([("ret", ret), ("nonce", s(req.nonce.clone()))]),
+        req.sig_algo,
+    )
 }
 
 /// What the master hands an accepted minion.
@@ -158,7 +192,12 @@ pub struct AcceptKeys<'a> {
 
 /// The signed success reply (`_auth_impl_sync`, auth_mode 1). A token that fails to decrypt
 /// is left out, as Salt does (the minion then fails its own token check and retries).
-pub fn accept_reply(master: &PrivateKey, minion_pub: &PublicKey, req: &AuthRequest, keys: &AcceptKeys<'_>) -> Result<Value> {
+pub fn accept_reply(
+    master: &PrivateKey,
+    minion_pub: &PublicKey,
+    req: &AuthRequest,
+    keys: &AcceptKeys<'_>,
+) -> Result<Value> {
     let mut inner = vec![
         (s("enc"), s("pub")),
         (s("pub_key"), s(keys.master_pub)),
@@ -169,9 +208,18 @@ pub fn accept_reply(master: &PrivateKey, minion_pub: &PublicKey, req: &AuthReque
             inner.push((s("token"), bin(minion_pub.encrypt(&plain, req.enc_algo)?)));
         }
     }
-    inner.push((s("aes"), bin(minion_pub.encrypt(keys.aes.as_bytes(), req.enc_algo)?)));
-    inner.push((s("session"), bin(minion_pub.encrypt(keys.session.as_bytes(), req.enc_algo)?)));
-    inner.push((s("sig"), bin(master.x931_sign(sha256_hex(keys.aes.as_bytes()).as_bytes())?)));
+    inner.push((
+        s("aes"),
+        bin(minion_pub.encrypt(keys.aes.as_bytes(), req.enc_algo)?),
+    ));
+    inner.push((
+        s("session"),
+        bin(minion_pub.encrypt(keys.session.as_bytes(), req.enc_algo)?),
+    ));
+    inner.push((
+        s("sig"),
+        bin(master.x931_sign(sha256_hex(keys.aes.as_bytes()).as_bytes())?),
+    ));
     inner.push((s("nonce"), s(req.nonce.clone())));
     signed_clear(master, &Value::Map(inner), req.sig_algo)
 }
@@ -201,7 +249,8 @@ pub fn open_aes_request(session: &Crypticle, outer_id: &str, blob: &[u8]) -> Res
     if value::get_str(&load, "id") != Some(outer_id) {
         return Err(Error::Malformed("inner id does not match outer id".into()));
     }
-    let nonce = value::remove(&mut load, "nonce").and_then(|v| value::str_of(&v).map(str::to_owned));
+    let nonce =
+        value::remove(&mut load, "nonce").and_then(|v| value::str_of(&v).map(str::to_owned));
     let tok = value::remove(&mut load, "tok").and_then(|v| value::bytes_of(&v).map(<[u8]>::to_vec));
     Ok(AesRequest { load, nonce, tok })
 }
@@ -222,7 +271,11 @@ pub fn pillar_reply(
 ) -> Result<Value> {
     let k = Crypticle::generate();
     let key = minion_pub.encrypt(k.key_string().as_bytes(), enc_algo)?;
-    let data = value::encode(&map([("key", bin(key.clone())), ("pillar", pillar.clone()), ("nonce", s(nonce))]));
+    let data = value::encode(&map([
+        ("key", bin(key.clone())),
+        ("pillar", pillar.clone()),
+        ("nonce", s(nonce)),
+    ]));
     let sig = master.sign(&data, sig_algo)?;
     let signed = k.dumps(&map([("data", bin(data)), ("sig", bin(sig))]), None)?;
     Ok(map([("key", bin(key)), ("pillar", bin(signed))]))
@@ -230,7 +283,11 @@ pub fn pillar_reply(
 
 /// One publish frame: `{"enc": "aes", "load": Crypticle(aes).dumps(load), ["sig_algo", "sig"]}`.
 /// `load` must already carry its `serial`.
-pub fn publish_frame(aes: &Crypticle, load: &Value, signer: Option<(&PrivateKey, SigAlgo)>) -> Result<Vec<u8>> {
+pub fn publish_frame(
+    aes: &Crypticle,
+    load: &Value,
+    signer: Option<(&PrivateKey, SigAlgo)>,
+) -> Result<Vec<u8>> {
     let blob = aes.dumps(load, None)?;
     let mut outer = vec![(s("enc"), s("aes"))];
     let sig = match signer {
@@ -252,7 +309,12 @@ mod tests {
 
     fn keys() -> &'static (PrivateKey, PrivateKey) {
         static K: OnceLock<(PrivateKey, PrivateKey)> = OnceLock::new();
-        K.get_or_init(|| (PrivateKey::generate(2048).unwrap(), PrivateKey::generate(2048).unwrap()))
+        K.get_or_init(|| {
+            (
+                PrivateKey::generate(2048).unwrap(),
+                PrivateKey::generate(2048).unwrap(),
+            )
+        })
     }
 
     fn auth_load(minion: &PrivateKey) -> Value {
@@ -262,15 +324,32 @@ mod tests {
             ("nonce", s("0".repeat(32))),
             ("enc_algo", s("OAEP-SHA1")),
             ("sig_algo", s("PKCS1v15-SHA1")),
-            ("pub", s(crate::pem::clean_key(&minion.public_key().unwrap().to_pem().unwrap()))),
+            (
+                "pub",
+                s(crate::pem::clean_key(
+                    &minion.public_key().unwrap().to_pem().unwrap(),
+                )),
+            ),
         ])
     }
 
     #[test]
     fn requests_are_classified_and_malformed_ones_refused() {
-        let clear = map([("enc", s("clear")), ("load", map([("cmd", s("_auth"))])), ("version", Value::from(3))]);
-        assert!(matches!(Request::parse(&clear).unwrap(), Request::Clear { version: 3, .. }));
-        let aes = map([("enc", s("aes")), ("load", bin(vec![1, 2])), ("version", Value::from(3)), ("id", s("m1"))]);
+        let clear = map([
+            ("enc", s("clear")),
+            ("load", map([("cmd", s("_auth"))])),
+            ("version", Value::from(3)),
+        ]);
+        assert!(matches!(
+            Request::parse(&clear).unwrap(),
+            Request::Clear { version: 3, .. }
+        ));
+        let aes = map([
+            ("enc", s("aes")),
+            ("load", bin(vec![1, 2])),
+            ("version", Value::from(3)),
+            ("id", s("m1")),
+        ]);
         assert!(matches!(Request::parse(&aes).unwrap(), Request::Aes { ref id, .. } if id == "m1"));
         for bad in [
             s("garbage"),
@@ -294,21 +373,49 @@ mod tests {
             master,
             &minion.public_key().unwrap(),
             &req,
-            &AcceptKeys { master_pub: &mpub, publish_port: 4505, aes: &aes, session: &session },
+            &AcceptKeys {
+                master_pub: &mpub,
+                publish_port: 4505,
+                aes: &aes,
+                session: &session,
+            },
         )
         .unwrap();
         let load = value::get_bytes(&reply, "load").unwrap();
         let sig = value::get_bytes(&reply, "sig").unwrap();
-        assert!(master.public_key().unwrap().verify(load, sig, SigAlgo::Pkcs1v15Sha1));
+        assert!(master
+            .public_key()
+            .unwrap()
+            .verify(load, sig, SigAlgo::Pkcs1v15Sha1));
         let inner = value::decode(load).unwrap();
         let keys: Vec<_> = match &inner {
-            Value::Map(m) => m.iter().map(|(k, _)| value::str_of(k).unwrap().to_owned()).collect(),
+            Value::Map(m) => m
+                .iter()
+                .map(|(k, _)| value::str_of(k).unwrap().to_owned())
+                .collect(),
             _ => panic!(),
         };
-        assert_eq!(keys, ["enc", "pub_key", "publish_port", "aes", "session", "sig", "nonce"]);
-        let got_aes = minion.decrypt(value::get_bytes(&inner, "aes").unwrap(), EncAlgo::OaepSha1).unwrap();
+        assert_eq!(
+            keys,
+            [
+                "enc",
+                "pub_key",
+                "publish_port",
+                "aes",
+                "session",
+                "sig",
+                "nonce"
+            ]
+        );
+        let got_aes = minion
+            .decrypt(value::get_bytes(&inner, "aes").unwrap(), EncAlgo::OaepSha1)
+            .unwrap();
         assert_eq!(got_aes, aes.as_bytes());
-        let digest = master.public_key().unwrap().x931_recover(value::get_bytes(&inner, "sig").unwrap()).unwrap();
+        let digest = master
+            .public_key()
+            .unwrap()
+            .x931_recover(value::get_bytes(&inner, "sig").unwrap())
+            .unwrap();
         assert_eq!(digest, sha256_hex(aes.as_bytes()).as_bytes());
         assert_eq!(value::get_str(&inner, "nonce"), Some(&*"0".repeat(32)));
     }
@@ -318,11 +425,17 @@ mod tests {
         let (_, minion) = keys();
         let mut load = auth_load(minion);
         value::set(&mut load, "enc_algo", s("ROT13"));
-        assert_eq!(AuthRequest::parse(&load).unwrap_err(), AuthLoadError::BadEncAlgo);
+        assert_eq!(
+            AuthRequest::parse(&load).unwrap_err(),
+            AuthLoadError::BadEncAlgo
+        );
         let mut load = auth_load(minion);
         value::set(&mut load, "sig_algo", s("MD5"));
         let err = AuthRequest::parse(&load).unwrap_err();
-        assert_eq!(value::get_str(value::get(&err.reply(), "load").unwrap(), "ret"), Some("bad sig algo"));
+        assert_eq!(
+            value::get_str(value::get(&err.reply(), "load").unwrap(), "ret"),
+            Some("bad sig algo")
+        );
         let mut load = auth_load(minion);
         value::remove(&mut load, "pub");
         assert_eq!(AuthRequest::parse(&load).unwrap_err().reply(), s(BAD_LOAD));
@@ -331,7 +444,12 @@ mod tests {
     #[test]
     fn aes_request_opens_and_strips_nonce_and_tok() {
         let c = Crypticle::generate();
-        let inner = map([("cmd", s("_return")), ("nonce", s("n".repeat(32))), ("tok", bin(vec![9])), ("id", s("m1"))]);
+        let inner = map([
+            ("cmd", s("_return")),
+            ("nonce", s("n".repeat(32))),
+            ("tok", bin(vec![9])),
+            ("id", s("m1")),
+        ]);
         let blob = c.dumps(&inner, None).unwrap();
         let r = open_aes_request(&c, "m1", &blob).unwrap();
         assert_eq!(r.nonce.as_deref(), Some(&*"n".repeat(32)));
@@ -344,12 +462,28 @@ mod tests {
     #[test]
     fn pillar_reply_decrypts_and_verifies_like_a_minion() {
         let (master, minion) = keys();
-        let r = pillar_reply(master, &minion.public_key().unwrap(), EncAlgo::OaepSha1, SigAlgo::Pkcs1v15Sha1, &Value::Map(vec![]), "abc").unwrap();
-        let k = minion.decrypt(value::get_bytes(&r, "key").unwrap(), EncAlgo::OaepSha1).unwrap();
+        let r = pillar_reply(
+            master,
+            &minion.public_key().unwrap(),
+            EncAlgo::OaepSha1,
+            SigAlgo::Pkcs1v15Sha1,
+            &Value::Map(vec![]),
+            "abc",
+        )
+        .unwrap();
+        let k = minion
+            .decrypt(value::get_bytes(&r, "key").unwrap(), EncAlgo::OaepSha1)
+            .unwrap();
         let c = Crypticle::new(std::str::from_utf8(&k).unwrap()).unwrap();
-        let signed = c.loads(value::get_bytes(&r, "pillar").unwrap(), None).unwrap();
+        let signed = c
+            .loads(value::get_bytes(&r, "pillar").unwrap(), None)
+            .unwrap();
         let data = value::get_bytes(&signed, "data").unwrap();
-        assert!(master.public_key().unwrap().verify(data, value::get_bytes(&signed, "sig").unwrap(), SigAlgo::Pkcs1v15Sha1));
+        assert!(master.public_key().unwrap().verify(
+            data,
+            value::get_bytes(&signed, "sig").unwrap(),
+            SigAlgo::Pkcs1v15Sha1
+        ));
         let data = value::decode(data).unwrap();
         assert_eq!(value::get_str(&data, "nonce"), Some("abc"));
         assert_eq!(value::get_bytes(&data, "key"), value::get_bytes(&r, "key"));
@@ -360,9 +494,16 @@ mod tests {
         let (master, _) = keys();
         let aes = Crypticle::generate();
         let load = map([("fun", s("test.ping")), ("serial", Value::from(1))]);
-        let frame = value::decode(&publish_frame(&aes, &load, Some((master, SigAlgo::Pkcs1v15Sha1))).unwrap()).unwrap();
+        let frame = value::decode(
+            &publish_frame(&aes, &load, Some((master, SigAlgo::Pkcs1v15Sha1))).unwrap(),
+        )
+        .unwrap();
         let blob = value::get_bytes(&frame, "load").unwrap();
-        assert!(master.public_key().unwrap().verify(blob, value::get_bytes(&frame, "sig").unwrap(), SigAlgo::Pkcs1v15Sha1));
+        assert!(master.public_key().unwrap().verify(
+            blob,
+            value::get_bytes(&frame, "sig").unwrap(),
+            SigAlgo::Pkcs1v15Sha1
+        ));
         assert_eq!(aes.loads(blob, None).unwrap(), load);
         let unsigned = value::decode(&publish_frame(&aes, &load, None).unwrap()).unwrap();
         assert_eq!(value::get(&unsigned, "sig"), None);

@@ -30,7 +30,8 @@ pub fn unpack_event(raw: &[u8]) -> Result<(String, Value)> {
         .windows(2)
         .position(|w| w == TAGEND)
         .ok_or_else(|| Error::Malformed("event without tag separator".into()))?;
-    let tag = std::str::from_utf8(&raw[..pos]).map_err(|_| Error::Malformed("event tag is not UTF-8".into()))?;
+    let tag = std::str::from_utf8(&raw[..pos])
+        .map_err(|_| Error::Malformed("event tag is not UTF-8".into()))?;
     if tag.is_empty() {
         return Err(Error::Malformed("empty event tag".into()));
     }
@@ -39,12 +40,20 @@ pub fn unpack_event(raw: &[u8]) -> Result<(String, Value)> {
 }
 
 /// The `_stamp` Salt's `fire_event` adds: ISO-8601 UTC with `+00:00`.
+/// Like Python's `isoformat()`, the fraction is left out when the microseconds are 0.
 pub fn stamp(now: DateTime<Utc>) -> String {
-    now.format("%Y-%m-%dT%H:%M:%S%.6f+00:00").to_string()
+    if now.timestamp_subsec_micros() == 0 {
+        now.format("%Y-%m-%dT%H:%M:%S+00:00").to_string()
+    } else {
+        now.format("%Y-%m-%dT%H:%M:%S%.6f+00:00").to_string()
+    }
 }
 
 fn wrap(event: &[u8]) -> Vec<u8> {
-    value::encode(&value::map([("head", Value::Map(vec![])), ("body", value::bin(event.to_vec()))]))
+    value::encode(&value::map([
+        ("head", Value::Map(vec![])),
+        ("body", value::bin(event.to_vec())),
+    ]))
 }
 
 /// The bytes a sender writes to a pull socket for one event body.
@@ -82,14 +91,24 @@ impl PullFrame {
     /// Looks for one frame at the start of `buf`. Frames whose declared length exceeds
     /// `max_len` are refused before anything is allocated.
     pub fn check(buf: &[u8], max_len: usize) -> Result<Frame> {
-        let Some(len) = buf.get(..4) else { return Ok(Frame::Incomplete) };
+        let Some(len) = buf.get(..4) else {
+            return Ok(Frame::Incomplete);
+        };
         let len = u32::from_be_bytes([len[0], len[1], len[2], len[3]]) as usize;
         if len > max_len {
-            return Err(Error::TooLarge { size: len, limit: max_len });
+            return Err(Error::TooLarge {
+                size: len,
+                limit: max_len,
+            });
         }
-        let Some(body) = buf.get(4..4 + len) else { return Ok(Frame::Incomplete) };
+        let Some(body) = buf.get(4..4 + len) else {
+            return Ok(Frame::Incomplete);
+        };
         let event = event_of_wrapper(&value::decode(body)?)?;
-        Ok(Frame::Complete { event, consumed: 4 + len })
+        Ok(Frame::Complete {
+            event,
+            consumed: 4 + len,
+        })
     }
 }
 
@@ -109,13 +128,22 @@ pub fn decode_pub_stream(buf: &[u8], max_len: usize) -> Result<Frame> {
         Ok(v) => {
             let consumed = buf.len() - rd.len();
             if consumed > max_len {
-                return Err(Error::TooLarge { size: consumed, limit: max_len });
+                return Err(Error::TooLarge {
+                    size: consumed,
+                    limit: max_len,
+                });
             }
-            Ok(Frame::Complete { event: event_of_wrapper(&v)?, consumed })
+            Ok(Frame::Complete {
+                event: event_of_wrapper(&v)?,
+                consumed,
+            })
         }
         Err(e) if is_eof(&e) => {
             if buf.len() > max_len {
-                Err(Error::TooLarge { size: buf.len(), limit: max_len })
+                Err(Error::TooLarge {
+                    size: buf.len(),
+                    limit: max_len,
+                })
             } else {
                 Ok(Frame::Incomplete)
             }
@@ -127,7 +155,9 @@ pub fn decode_pub_stream(buf: &[u8], max_len: usize) -> Result<Frame> {
 fn is_eof(e: &rmpv::decode::Error) -> bool {
     use rmpv::decode::Error as E;
     match e {
-        E::InvalidMarkerRead(io) | E::InvalidDataRead(io) => io.kind() == std::io::ErrorKind::UnexpectedEof,
+        E::InvalidMarkerRead(io) | E::InvalidDataRead(io) => {
+            io.kind() == std::io::ErrorKind::UnexpectedEof
+        }
         _ => false,
     }
 }
@@ -163,18 +193,29 @@ mod tests {
     fn incomplete_is_not_an_error() {
         let f = frame_pull(B5_EVENT);
         for cut in 0..f.len() {
-            assert_eq!(PullFrame::check(&f[..cut], 1 << 20).unwrap(), Frame::Incomplete);
+            assert_eq!(
+                PullFrame::check(&f[..cut], 1 << 20).unwrap(),
+                Frame::Incomplete
+            );
         }
-        assert!(matches!(PullFrame::check(&f, 1 << 20).unwrap(), Frame::Complete { consumed, .. } if consumed == f.len()));
+        assert!(
+            matches!(PullFrame::check(&f, 1 << 20).unwrap(), Frame::Complete { consumed, .. } if consumed == f.len())
+        );
         let p = frame_pub(B5_EVENT);
         for cut in 0..p.len() {
-            assert_eq!(decode_pub_stream(&p[..cut], 1 << 20).unwrap(), Frame::Incomplete);
+            assert_eq!(
+                decode_pub_stream(&p[..cut], 1 << 20).unwrap(),
+                Frame::Incomplete
+            );
         }
     }
 
     #[test]
     fn oversized_and_garbage_frames_are_errors() {
-        assert!(matches!(PullFrame::check(&[0xff, 0xff, 0xff, 0xff], 1 << 20), Err(Error::TooLarge { .. })));
+        assert!(matches!(
+            PullFrame::check(&[0xff, 0xff, 0xff, 0xff], 1 << 20),
+            Err(Error::TooLarge { .. })
+        ));
         assert!(PullFrame::check(&[0, 0, 0, 1, 0xc1], 1 << 20).is_err());
         assert!(PullFrame::check(&[0, 0, 0, 1, 0x01], 1 << 20).is_err());
         assert!(unpack_event(b"no separator").is_err());
@@ -184,7 +225,8 @@ mod tests {
     #[test]
     fn stamp_has_utc_offset() {
         use chrono::TimeZone;
-        let t = Utc.with_ymd_and_hms(2026, 11, 22, 7, 23, 15).unwrap() + chrono::Duration::microseconds(104997);
+        let t = Utc.with_ymd_and_hms(2026, 11, 22, 7, 23, 15).unwrap()
+            + chrono::Duration::microseconds(104997);
         assert_eq!(stamp(t), "2026-11-22T07:23:15.104997+00:00");
     }
 }

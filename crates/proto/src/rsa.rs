@@ -115,7 +115,9 @@ impl PrivateKey {
     /// Generates a key with `e = 65537`, as `salt.crypt.gen_keys`.
     pub fn generate(bits: u32) -> Result<Self> {
         let rsa = Rsa::generate(bits)?;
-        Ok(Self { pkey: PKey::from_rsa(rsa)? })
+        Ok(Self {
+            pkey: PKey::from_rsa(rsa)?,
+        })
     }
 
     /// Reads a PEM private key (PKCS#1 or PKCS#8, unencrypted).
@@ -167,7 +169,10 @@ impl PrivateKey {
         let rsa = self.pkey.rsa()?;
         let k = rsa.size() as usize;
         if msg.len() + 2 > k {
-            return Err(Error::Rsa(format!("X9.31 message of {} bytes too long", msg.len())));
+            return Err(Error::Rsa(format!(
+                "X9.31 message of {} bytes too long",
+                msg.len()
+            )));
         }
         let mut out = vec![0u8; k];
         let n = rsa.private_encrypt(msg, &mut out, x931_padding())?;
@@ -188,7 +193,9 @@ impl PublicKey {
     }
 
     fn from_der(der: &[u8]) -> Result<Self> {
-        Ok(Self { pkey: PKey::public_key_from_der(der)? })
+        Ok(Self {
+            pkey: PKey::public_key_from_der(der)?,
+        })
     }
 
     /// The key as Salt writes `*.pub`: SubjectPublicKeyInfo PEM with a trailing newline.
@@ -211,7 +218,9 @@ impl PublicKey {
 
     /// Verifies a PKCS#1 v1.5 signature. A malformed signature is `false`, not an error.
     pub fn verify(&self, data: &[u8], sig: &[u8], algo: SigAlgo) -> bool {
-        let Ok(mut v) = Verifier::new(algo.md(), &self.pkey) else { return false };
+        let Ok(mut v) = Verifier::new(algo.md(), &self.pkey) else {
+            return false;
+        };
         if v.set_rsa_padding(Padding::PKCS1).is_err() || v.update(data).is_err() {
             return false;
         }
@@ -226,7 +235,9 @@ impl PublicKey {
             return Err(Error::BadSignature);
         }
         let mut out = vec![0u8; k];
-        let n = rsa.public_decrypt(sig, &mut out, x931_padding()).map_err(|_| Error::BadSignature)?;
+        let n = rsa
+            .public_decrypt(sig, &mut out, x931_padding())
+            .map_err(|_| Error::BadSignature)?;
         out.truncate(n);
         Ok(out)
     }
@@ -252,8 +263,16 @@ mod tests {
     #[test]
     fn pem_formats_are_the_ones_salt_writes() {
         let k = key();
-        assert!(k.to_pem().unwrap().starts_with("-----BEGIN RSA PRIVATE KEY-----\n"));
-        assert!(k.public_key().unwrap().to_pem().unwrap().starts_with("-----BEGIN PUBLIC KEY-----\n"));
+        assert!(k
+            .to_pem()
+            .unwrap()
+            .starts_with("-----BEGIN RSA PRIVATE KEY-----\n"));
+        assert!(k
+            .public_key()
+            .unwrap()
+            .to_pem()
+            .unwrap()
+            .starts_with("-----BEGIN PUBLIC KEY-----\n"));
         let again = PrivateKey::from_pem(k.to_pem().unwrap().as_bytes()).unwrap();
         assert_eq!(again.to_pem().unwrap(), k.to_pem().unwrap());
     }
@@ -290,13 +309,19 @@ mod tests {
         assert!(!p.x931_verify(&a, b"salz"));
         assert!(!p.x931_verify(b"short", b"salt"));
         let hex64 = [b'a'; 64];
-        assert_eq!(p.x931_recover(&k.x931_sign(&hex64).unwrap()).unwrap(), hex64);
+        assert_eq!(
+            p.x931_recover(&k.x931_sign(&hex64).unwrap()).unwrap(),
+            hex64
+        );
     }
 
     #[test]
     fn algorithm_names_parse() {
         assert_eq!(EncAlgo::parse("OAEP-SHA1").unwrap(), EncAlgo::OaepSha1);
-        assert_eq!(SigAlgo::parse("PKCS1v15-SHA224").unwrap().name(), "PKCS1v15-SHA224");
+        assert_eq!(
+            SigAlgo::parse("PKCS1v15-SHA224").unwrap().name(),
+            "PKCS1v15-SHA224"
+        );
         assert!(EncAlgo::parse("RSA-NONE").is_err());
     }
 }

@@ -14,21 +14,100 @@ pub const MAX_DEPTH: usize = 128;
 
 /// Decodes exactly one msgpack value; trailing bytes are an error.
 pub fn decode(bytes: &[u8]) -> Result<Value> {
-    let mut rd = bytes;
-    let v = rmpv::decode::read_value_with_max_depth(&mut rd, MAX_DEPTH)
-        .map_err(|e| Error::Msgpack(e.to_string()))?;
-    if !rd.is_empty() {
-        return Err(Error::Msgpack(format!("{} trailing bytes", rd.len())));
+    let (v, used) = decode_prefix(bytes)?;
+    if used != bytes.len() {
+        return Err(Error::Msgpack(format!(
+            "{} trailing bytes",
+            bytes.len() - used
+        )));
     }
     Ok(v)
 }
 
 /// Decodes one msgpack value from the front of `bytes`, returning it and the bytes used.
+/// The reserved marker `0xc1` is refused, as Python's msgpack refuses it (rmpv alone would
+/// read it as nil).
 pub fn decode_prefix(bytes: &[u8]) -> Result<(Value, usize)> {
     let mut rd = bytes;
     let v = rmpv::decode::read_value_with_max_depth(&mut rd, MAX_DEPTH)
         .map_err(|e| Error::Msgpack(e.to_string()))?;
-    Ok((v, bytes.len() - rd.len()))
+    let used = bytes.len() - rd.len();
+    if bytes[..used].contains(&0xc1) && has_reserved_marker(&bytes[..used]) {
+        return Err(Error::Msgpack("reserved marker 0xc1".into()));
+    }
+    Ok((v, used))
+}
+
+/// Walks the markers of one already-decoded value looking for `0xc1` (a `0xc1` byte inside
+/// a string or number is data, not a marker).
+fn has_reserved_marker(mut b: &[u8]) -> bool {
+    fn take<'a>(b: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
+        let (head, rest) = (b.get(..n)?, b.get(n..)?);
+        *b = rest;
+        Some(head)
+    }
+    fn len(b: &mut &[u8], n: usize) -> Option<u64> {
+        Some(
+            take(b, n)?
+                .iter()
+                .fold(0u64, |acc, x| (acc << 8) | u64::from(*x)),
+        )
+    }
+    let mut remaining: u64 = 1;
+    while remaining > 0 {
+        remaining -= 1;
+        let Some(&[m]) = take(&mut b, 1) else {
+            return false;
+        };
+        let skip = match m {
+            0xc1 => return true,
+            0x00..=0x7f | 0xe0..=0xff | 0xc0 | 0xc2 | 0xc3 => 0,
+            0x80..=0x8f => {
+                remaining += 2 * u64::from(m & 0x0f);
+                0
+            }
+            0x90..=0x9f => {
+                remaining += u64::from(m & 0x0f);
+                0
+            }
+            0xa0..=0xbf => u64::from(m & 0x1f),
+            0xc4 | 0xd9 => len(&mut b, 1).unwrap_or(0),
+            0xc5 | 0xda => len(&mut b, 2).unwrap_or(0),
+            0xc6 | 0xdb => len(&mut b, 4).unwrap_or(0),
+            0xc7 => len(&mut b, 1).unwrap_or(0) + 1,
+            0xc8 => len(&mut b, 2).unwrap_or(0) + 1,
+            0xc9 => len(&mut b, 4).unwrap_or(0) + 1,
+            0xca | 0xce | 0xd2 => 4,
+            0xcb | 0xcf | 0xd3 => 8,
+            0xcc | 0xd0 => 1,
+            0xcd | 0xd1 => 2,
+            0xd4 => 2,
+            0xd5 => 3,
+            0xd6 => 5,
+            0xd7 => 9,
+            0xd8 => 17,
+            0xdc => {
+                remaining += len(&mut b, 2).unwrap_or(0);
+                0
+            }
+            0xdd => {
+                remaining += len(&mut b, 4).unwrap_or(0);
+                0
+            }
+            0xde => {
+                remaining += 2 * len(&mut b, 2).unwrap_or(0);
+                0
+            }
+            0xdf => {
+                remaining += 2 * len(&mut b, 4).unwrap_or(0);
+                0
+            }
+        };
+        if take(&mut b, usize::try_from(skip).unwrap_or(usize::MAX)).is_none() {
+            return false;
+        }
+    }
+    false
 }
 
 /// Encodes a value. Writing into a `Vec` cannot fail.
@@ -109,7 +188,10 @@ pub fn require_bytes<'a>(v: &'a Value, key: &str) -> Result<&'a [u8]> {
 /// Inserts or replaces `key` in a map value (no-op on non-maps), keeping position on replace.
 pub fn set(v: &mut Value, key: &str, val: Value) {
     if let Value::Map(entries) = v {
-        if let Some(slot) = entries.iter_mut().find(|(k, _)| bytes_of(k) == Some(key.as_bytes())) {
+        if let Some(slot) = entries
+            .iter_mut()
+            .find(|(k, _)| bytes_of(k) == Some(key.as_bytes()))
+        {
             slot.1 = val;
         } else {
             entries.push((s(key), val));
@@ -120,7 +202,9 @@ pub fn set(v: &mut Value, key: &str, val: Value) {
 /// Removes `key` from a map value and returns its value.
 pub fn remove(v: &mut Value, key: &str) -> Option<Value> {
     if let Value::Map(entries) = v {
-        let pos = entries.iter().position(|(k, _)| bytes_of(k) == Some(key.as_bytes()))?;
+        let pos = entries
+            .iter()
+            .position(|(k, _)| bytes_of(k) == Some(key.as_bytes()))?;
         return Some(entries.remove(pos).1);
     }
     None
@@ -171,9 +255,22 @@ mod tests {
 
     #[test]
     fn truncated_input_is_an_error_not_a_panic() {
-        for wire in [&[0xda, 0x00][..], &[0xdb, 0xff, 0xff, 0xff, 0xff], &[0xdd, 0, 0, 0, 9], &[0x92, 0x01]] {
+        for wire in [
+            &[0xda, 0x00][..],
+            &[0xdb, 0xff, 0xff, 0xff, 0xff],
+            &[0xdd, 0, 0, 0, 9],
+            &[0x92, 0x01],
+        ] {
             assert!(decode(wire).is_err());
         }
+    }
+
+    #[test]
+    fn reserved_marker_is_refused_but_the_byte_as_data_is_fine() {
+        assert!(decode(&[0xc1]).is_err());
+        assert!(decode(&[0x92, 0x01, 0xc1]).is_err());
+        assert_eq!(bytes_of(&decode(&[0xa1, 0xc1]).unwrap()), Some(&[0xc1][..]));
+        assert!(decode(&[0xcc, 0xc1]).is_ok());
     }
 
     #[test]
@@ -188,7 +285,10 @@ mod tests {
         let mut v = Value::Map(vec![(bin(b"cmd".to_vec()), s("_auth"))]);
         assert_eq!(get_str(&v, "cmd"), Some("_auth"));
         set(&mut v, "id", s("m1"));
-        assert_eq!(remove(&mut v, "cmd").and_then(|v| str_of(&v).map(String::from)), Some("_auth".into()));
+        assert_eq!(
+            remove(&mut v, "cmd").and_then(|v| str_of(&v).map(String::from)),
+            Some("_auth".into())
+        );
         assert_eq!(get_str(&v, "id"), Some("m1"));
     }
 

@@ -1,1 +1,42 @@
-//! placeholder
+//! Test harness for Halite's integration tests: real processes on loopback.
+//!
+//! What it does: lays out a temporary master/minion tree with Salt-compatible configs
+//! ([`TempRoot`]), hands out free loopback ports that parallel test processes will not share
+//! ([`free_ports`]), spawns daemons that cannot outlive their test ([`Proc`]), runs commands
+//! with a timeout ([`run`], [`run_command`]), polls for conditions and log lines
+//! ([`wait_until`], [`wait_for_log`], [`wait_for_port`]), and starts stock Salt 3008.3 (from
+//! the venv at [`salt_venv`]) or Halite binaries ([`halite_bin`]) against a root.
+//!
+//! What it does not do: decide when a daemon is "ready" (that is protocol knowledge; tests
+//! wait for a port, a log line or a successful command), retry or pace anything by sleeping,
+//! or skip a test when stock Salt or a binary is missing.
+//!
+//! Invariants:
+//! - Everything listens on 127.0.0.1 only, on ports from [`free_ports`].
+//! - Every process started here runs in its own process group with stdin from `/dev/null`
+//!   and output in files, and is killed with all its descendants when its [`Proc`] drops or
+//!   its [`run`] returns; nothing leaks past a test.
+//! - Timeouts only turn hangs into failures: they are generous ([`TIMEOUT`]) and no test
+//!   outcome depends on them when the machine is slow.
+//! - Setup problems panic with the step, the path and a hint (this is a test harness: a
+//!   panic is the failure report), so the crate has no error type.
+
+mod paths;
+mod ports;
+mod process;
+mod root;
+mod starters;
+
+pub use paths::{halite_bin, repo_root, salt_venv, stock_bin, SALT_VENV_ENV};
+pub use ports::free_ports;
+pub use process::{
+    file_len, log_tail, run, run_command, wait_for_log, wait_for_log_from, wait_until, Proc,
+    STOP_GRACE,
+};
+pub use root::{current_user, TempRoot, KEEP_TEMP_ENV};
+pub use starters::{
+    assert_success, json_documents, json_returns, run_halite, run_halite_key, run_stock,
+    run_stock_salt, run_stock_salt_call, run_stock_salt_key, start_halite_master,
+    start_halite_minion, start_stock_master, start_stock_minion, stock_command, wait_for_port,
+    TIMEOUT,
+};

@@ -1,1 +1,75 @@
-//! placeholder
+//! Transports: moving whole Salt messages between master and minions.
+//!
+//! The master side is the [`ServerTransport`] trait: incoming request bodies arrive on a
+//! bounded channel as [`Incoming`], replies and publishes go out through the trait. The
+//! ZeroMQ implementation ([`zeromq::ZmqServer`]) binds Salt's ROUTER (`ret_port`) and PUB
+//! (`publish_port`) sockets on a dedicated thread, bridged to tokio; libzmq does the ZMTP
+//! framing, heartbeats and reconnects exactly as it does for Salt.
+//!
+//! What this crate does not do: decode or encrypt anything. Bodies are opaque bytes; the
+//! protocol lives in `halite-proto`.
+//!
+//! Invariants:
+//! - Every request is answered at most once, to the peer it came from.
+//! - Publishes leave in the order they were handed to [`ServerTransport::publish`].
+//! - A peer's misbehaviour never stops the socket thread.
+
+pub mod client;
+pub mod zeromq;
+
+use std::fmt;
+
+/// Identifies the peer (ROUTER routing id) a reply must go to.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct PeerId(pub Vec<u8>);
+
+impl fmt::Debug for PeerId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PeerId({:02x?})", self.0)
+    }
+}
+
+/// One request body received on the request port.
+#[derive(Debug)]
+pub struct Incoming {
+    /// Where the reply goes.
+    pub peer: PeerId,
+    /// The request body (one msgpack document).
+    pub body: Vec<u8>,
+}
+
+/// Transport errors.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A ZeroMQ call failed.
+    #[error("ZeroMQ {op}: {source}")]
+    Zmq {
+        /// What was being done.
+        op: String,
+        /// The libzmq error.
+        source: zmq::Error,
+    },
+    /// The socket thread has stopped.
+    #[error("transport is closed")]
+    Closed,
+    /// A request got no reply in time.
+    #[error("request timed out after {0:?}")]
+    Timeout(std::time::Duration),
+}
+
+impl Error {
+    pub(crate) fn zmq(op: impl Into<String>) -> impl FnOnce(zmq::Error) -> Error {
+        let op = op.into();
+        move |source| Error::Zmq { op, source }
+    }
+}
+
+/// The master side of a transport: replies to requests and publishes to all minions.
+///
+/// Implementations are cheap to call from any task; they never block on the network.
+pub trait ServerTransport: Send + Sync {
+    /// Sends `body` as the reply to the request that came from `peer`.
+    fn reply(&self, peer: PeerId, body: Vec<u8>) -> Result<(), Error>;
+    /// Sends one publish frame to every connected minion.
+    fn publish(&self, frame: Vec<u8>) -> Result<(), Error>;
+}

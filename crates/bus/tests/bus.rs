@@ -1,0 +1,438 @@
+//! The bus over real sockets: delivery, backpressure, bad input, shutdown.
+
+mod common;
+
+use common::{start, wait_subscribers, within};
+use halite_bus::{
+    frame_limit, BusAddr, BusClient, BusSockets, DEFAULT_MAX_EVENT_SIZE, SUBSCRIBER_QUEUE_CAPACITY,
+};
+use halite_proto::event::{frame_pub, frame_pull, pack_event};
+use halite_proto::{value, Value};
+use std::os::unix::fs::PermissionsExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::UnixStream;
+
+fn path(addr: &BusAddr) -> &std::path::Path {
+    match addr {
+        BusAddr::Unix(p) => p,
+        BusAddr::Tcp(_) => panic!("not a unix socket"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_process_fire_reaches_every_socket_subscriber() {
+    let dir = tempfile::tempdir().unwrap();
+    let bus = start(&BusSockets::master(dir.path())).await;
+    let client = BusClient::default();
+    let mut a = client.listen(&bus.pub_addr, "").await.unwrap();
+    let mut b = client.listen(&bus.pub_addr, "salt/").await.unwrap();
+    wait_subscribers(&bus.handle, 2).await;
+
+    bus.handle
+        .fire(
+            "salt/job/1/new",
+            value::map([("fun", value::s("test.ping"))]),
+        )
+        .unwrap();
+
+    let ea = within("a", a.recv()).await.unwrap().unwrap();
+    let eb = within("b", b.recv()).await.unwrap().unwrap();
+    assert_eq!(ea.tag(), "salt/job/1/new");
+    assert_eq!(value::get_str(ea.data(), "fun"), Some("test.ping"));
+    assert!(value::get_str(ea.data(), "_stamp").is_some_and(|s| s.ends_with("+00:00")));
+    assert_eq!(ea.frame(), eb.frame());
+    assert_eq!(ea.frame(), frame_pub(&pack_event(ea.tag(), ea.data())));
+    bus.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pull_events_reach_socket_and_in_process_subscribers() {
+    let dir = tempfile::tempdir().unwrap();
+    let bus = start(&BusSockets::master(dir.path())).await;
+    let mut inproc = bus.handle.subscribe();
+    let mut sock = BusClient::default()
+        .listen(&bus.pub_addr, "")
+        .await
+        .unwrap();
+    wait_subscribers(&bus.handle, 2).await;
+
+    let data = value::map([
+        ("id", value::s("m1")),
+        ("blob", value::bin(vec![0, 159, 255])),
+    ]);
+    BusClient::default()
+        .fire(&bus.pull_addr, "salt/job/2/ret/m1", data)
+        .await
+        .unwrap();
+
+    let e1 = within("in-process", inproc.recv()).await.unwrap();
+    let e2 = within("socket", sock.recv()).await.unwrap().unwrap();
+    assert_eq!(e1.tag(), "salt/job/2/ret/m1");
+    assert_eq!(
+        value::get_bytes(e1.data(), "blob"),
+        Some(&[0, 159, 255][..])
+    );
+    assert_eq!(e1.frame(), e2.frame());
+    assert_eq!(e1.body(), pack_event(e1.tag(), e1.data()));
+    bus.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listener_skips_tags_without_its_prefix() {
+    let dir = tempfile::tempdir().unwrap();
+    let bus = start(&BusSockets::master(dir.path())).await;
+    let mut l = BusClient::default()
+        .listen(&bus.pub_addr, "salt/job/7")
+        .await
+        .unwrap();
+    wait_subscribers(&bus.handle, 1).await;
+    for tag in [
+        "salt/auth",
+        "salt/job/8/new",
+        "salt/job/7/new",
+        "salt/job/70/new",
+    ] {
+        bus.handle
+            .fire(tag, value::map([("t", value::s(tag))]))
+            .unwrap();
+    }
+    assert_eq!(
+        within("7", l.recv()).await.unwrap().unwrap().tag(),
+        "salt/job/7/new"
+    );
+    let (tag, data) = within("70", l.recv()).await.unwrap().unwrap().into_parts();
+    assert_eq!(tag, "salt/job/70/new");
+    assert_eq!(value::get_str(&data, "t"), Some("salt/job/70/new"));
+    bus.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_subscriber_does_not_block_others_and_its_drops_are_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let bus = start(&BusSockets::master(dir.path())).await;
+    let client = BusClient::default();
+    // Never read until the end: the kernel buffer fills, then its queue.
+    let mut slow = client.listen(&bus.pub_addr, "").await.unwrap();
+    let mut fast = client.listen(&bus.pub_addr, "").await.unwrap();
+    wait_subscribers(&bus.handle, 2).await;
+
+    let (tx, mut seen) = tokio::sync::mpsc::unbounded_channel();
+    let reader = tokio::spawn(async move {
+        while let Ok(Some(ev)) = fast.recv().await {
+            tx.send(value::get_i64(ev.data(), "i").unwrap()).unwrap();
+        }
+    });
+
+    let batch = 1024;
+    let total = (3 * SUBSCRIBER_QUEUE_CAPACITY / batch) * batch;
+    let pad = value::s("x".repeat(512));
+    for start in (0..total).step_by(batch) {
+        for i in start..start + batch {
+            bus.handle
+                .fire(
+                    "load/test",
+                    value::map([("i", Value::from(i)), ("pad", pad.clone())]),
+                )
+                .unwrap();
+        }
+        // The fast subscriber gets every event, in order, while the slow one is stuck.
+        for i in start..start + batch {
+            assert_eq!(within("fast subscriber", seen.recv()).await, Some(i as i64));
+        }
+    }
+
+    // Let the slow one catch up: it sees increasing events ending with the last, and every
+    // event it missed is counted.
+    let mut received = 0u64;
+    let mut last = -1i64;
+    while last != total as i64 - 1 {
+        let ev = within("slow subscriber", slow.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        let i = value::get_i64(ev.data(), "i").unwrap();
+        assert!(i > last, "events out of order: {i} after {last}");
+        last = i;
+        received += 1;
+    }
+    assert!(received < total as u64);
+    assert_eq!(received + bus.handle.dropped_events(), total as u64);
+    reader.abort();
+    bus.stop().await;
+}
+
+/// Writes `bytes` on a fresh pull connection and reports whether the bus then closed it.
+async fn send_raw(pull: &BusAddr, bytes: &[u8], then_close: bool) -> UnixStream {
+    let mut s = UnixStream::connect(path(pull)).await.unwrap();
+    s.write_all(bytes).await.unwrap();
+    if then_close {
+        s.shutdown().await.unwrap();
+    }
+    s
+}
+
+async fn closed_by_bus(s: &mut UnixStream) -> bool {
+    let mut b = [0u8; 16];
+    matches!(
+        within("bus to close the connection", s.read(&mut b)).await,
+        Ok(0) | Err(_)
+    )
+}
+
+/// The bus still delivers an event fired through its pull socket.
+async fn still_serving(bus: &common::Running, l: &mut halite_bus::Listener, n: i64) {
+    BusClient::default()
+        .fire(
+            &bus.pull_addr,
+            "still/serving",
+            value::map([("n", Value::from(n))]),
+        )
+        .await
+        .unwrap();
+    let ev = within("event after bad input", l.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(ev.tag(), "still/serving");
+    assert_eq!(value::get_i64(ev.data(), "n"), Some(n));
+}
+
+fn wrapper(v: &Value) -> Vec<u8> {
+    let body = value::encode(v);
+    let mut out = (body.len() as u32).to_be_bytes().to_vec();
+    out.extend(body);
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_frames_close_that_sender_and_the_bus_keeps_serving() {
+    let dir = tempfile::tempdir().unwrap();
+    let bus = start(&BusSockets::master(dir.path())).await;
+    let mut l = BusClient::default()
+        .listen(&bus.pub_addr, "still/")
+        .await
+        .unwrap();
+    wait_subscribers(&bus.handle, 1).await;
+
+    let over = (frame_limit(DEFAULT_MAX_EVENT_SIZE) as u32 + 1).to_be_bytes();
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        (
+            "garbage bytes",
+            b"\xde\xad\xbe\xef and then some garbage".to_vec(),
+        ),
+        (
+            "declared length over the limit, no body sent",
+            over.to_vec(),
+        ),
+        ("wrapper is not msgpack", vec![0, 0, 0, 3, 0xc1, 0xc1, 0xc1]),
+        ("wrapper is not a map", wrapper(&Value::from(7))),
+        (
+            "wrapper without body",
+            wrapper(&value::map([("head", Value::Map(vec![]))])),
+        ),
+        ("wrapper with trailing bytes", {
+            let mut f = frame_pull(b"t\n\n\x80");
+            f[3] += 1;
+            f.push(0);
+            f
+        }),
+    ];
+    for (n, (what, bytes)) in cases.into_iter().enumerate() {
+        let mut s = send_raw(&bus.pull_addr, &bytes, false).await;
+        assert!(closed_by_bus(&mut s).await, "{what}: connection left open");
+        still_serving(&bus, &mut l, n as i64).await;
+    }
+    bus.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_event_bodies_drop_only_that_event() {
+    let dir = tempfile::tempdir().unwrap();
+    let bus = start(&BusSockets::master(dir.path())).await;
+    let mut l = BusClient::default()
+        .listen(&bus.pub_addr, "")
+        .await
+        .unwrap();
+    wait_subscribers(&bus.handle, 1).await;
+
+    let cases: [(&str, &[u8]); 4] = [
+        ("no tag separator", b"salt/job/1 no separator"),
+        ("data is not one msgpack value", b"salt/job/1\n\n\x01\x02"),
+        ("truncated data", b"salt/job/1\n\n\x82\xa1a"),
+        ("empty tag", b"\n\n\x80"),
+    ];
+    for (what, body) in cases {
+        // On one connection: the bad event, then a good one.
+        let mut bytes = frame_pull(body);
+        bytes.extend(frame_pull(&pack_event(
+            "good/after",
+            &value::map([("case", value::s(what))]),
+        )));
+        let _s = send_raw(&bus.pull_addr, &bytes, false).await;
+        let ev = within(what, l.recv()).await.unwrap().unwrap();
+        assert_eq!(ev.tag(), "good/after", "{what}");
+        assert_eq!(value::get_str(ev.data(), "case"), Some(what));
+    }
+    bus.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn senders_that_close_mid_frame_are_plain_disconnects() {
+    let dir = tempfile::tempdir().unwrap();
+    let bus = start(&BusSockets::master(dir.path())).await;
+    let mut l = BusClient::default()
+        .listen(&bus.pub_addr, "")
+        .await
+        .unwrap();
+    wait_subscribers(&bus.handle, 1).await;
+    let whole = frame_pull(&pack_event(
+        "half/sent",
+        &value::map([("k", value::s("v"))]),
+    ));
+    for cut in [1, 3, 4, 10, whole.len() - 1] {
+        send_raw(&bus.pull_addr, &whole[..cut], true).await;
+    }
+    still_serving(&bus, &mut l, 1).await;
+    bus.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscribers_that_send_data_are_ignored() {
+    let dir = tempfile::tempdir().unwrap();
+    let bus = start(&BusSockets::master(dir.path())).await;
+    let mut chatty = UnixStream::connect(path(&bus.pub_addr)).await.unwrap();
+    let mut l = BusClient::default()
+        .listen(&bus.pub_addr, "")
+        .await
+        .unwrap();
+    wait_subscribers(&bus.handle, 2).await;
+    chatty
+        .write_all(b"\xc1 not a subscriber protocol \x00\xff")
+        .await
+        .unwrap();
+    bus.handle
+        .fire("after/chatter", value::map([("k", Value::from(1))]))
+        .unwrap();
+    assert_eq!(
+        within("listener", l.recv()).await.unwrap().unwrap().tag(),
+        "after/chatter"
+    );
+    let want = frame_pub(&pack_event("after/chatter", &Value::Nil));
+    let mut got = vec![0u8; 4];
+    within("chatty subscriber", chatty.read_exact(&mut got))
+        .await
+        .unwrap();
+    assert_eq!(got, want[..4]);
+    bus.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sockets_get_salt_modes_and_are_removed_at_shutdown() {
+    let dir = tempfile::tempdir().unwrap();
+    let sockets = BusSockets::minion(dir.path(), "sha256", "minion1").unwrap();
+    let bus = start(&BusSockets::master(dir.path())).await;
+    let minion = start(&sockets).await;
+    let mode = |a: &BusAddr| std::fs::metadata(path(a)).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&bus.pub_addr), 0o660);
+    assert_eq!(mode(&bus.pull_addr), 0o600);
+    assert_eq!(mode(&minion.pub_addr), 0o600);
+    assert_eq!(mode(&minion.pull_addr), 0o600);
+    let files = [
+        bus.pub_addr.clone(),
+        bus.pull_addr.clone(),
+        minion.pub_addr.clone(),
+        minion.pull_addr.clone(),
+    ];
+    let _connected = BusClient::default()
+        .listen(&bus.pub_addr, "")
+        .await
+        .unwrap();
+    bus.stop().await;
+    minion.stop().await;
+    for f in &files {
+        assert!(!path(f).exists(), "{f} left behind");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_mode_carries_events_both_ways() {
+    let bus = start(&BusSockets::tcp(0, 0)).await;
+    let mut inproc = bus.handle.subscribe();
+    let mut l = BusClient::default()
+        .listen(&bus.pub_addr, "")
+        .await
+        .unwrap();
+    wait_subscribers(&bus.handle, 2).await;
+    BusClient::default()
+        .fire(
+            &bus.pull_addr,
+            "over/tcp",
+            value::map([("k", Value::from(1))]),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        within("in-process", inproc.recv()).await.unwrap().tag(),
+        "over/tcp"
+    );
+    assert_eq!(
+        within("socket", l.recv()).await.unwrap().unwrap().tag(),
+        "over/tcp"
+    );
+    bus.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listener_sees_a_clean_close_at_shutdown() {
+    let dir = tempfile::tempdir().unwrap();
+    let bus = start(&BusSockets::master(dir.path())).await;
+    let mut l = BusClient::default()
+        .listen(&bus.pub_addr, "")
+        .await
+        .unwrap();
+    wait_subscribers(&bus.handle, 1).await;
+    bus.stop().await;
+    assert!(within("close", l.recv()).await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn firing_to_a_missing_bus_is_a_connect_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let addr = BusAddr::Unix(dir.path().join("nothing.ipc"));
+    let r = BusClient::default()
+        .fire(&addr, "t", value::map([("k", Value::from(1))]))
+        .await;
+    assert!(matches!(r, Err(halite_bus::Error::Connect { .. })));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_events_cross_many_reads_and_oversized_data_is_trimmed() {
+    let dir = tempfile::tempdir().unwrap();
+    let bus = start(&BusSockets::master(dir.path())).await;
+    let mut l = BusClient::default()
+        .listen(&bus.pub_addr, "")
+        .await
+        .unwrap();
+    wait_subscribers(&bus.handle, 1).await;
+    let client = BusClient::default();
+
+    let near = value::s("n".repeat(DEFAULT_MAX_EVENT_SIZE - 4096));
+    client
+        .fire(
+            &bus.pull_addr,
+            "big/near",
+            value::map([("v", near.clone())]),
+        )
+        .await
+        .unwrap();
+    let ev = within("near-limit event", l.recv()).await.unwrap().unwrap();
+    assert_eq!(value::get(ev.data(), "v"), Some(&near));
+
+    let over = value::s("o".repeat(2 * DEFAULT_MAX_EVENT_SIZE));
+    let data = value::map([("v", over), ("keep", value::s("small"))]);
+    client.fire(&bus.pull_addr, "big/over", data).await.unwrap();
+    let ev = within("trimmed event", l.recv()).await.unwrap().unwrap();
+    assert_eq!(value::get_str(ev.data(), "v"), Some("VALUE_TRIMMED"));
+    assert_eq!(value::get_str(ev.data(), "keep"), Some("small"));
+    bus.stop().await;
+}

@@ -1,0 +1,837 @@
+//! [`JobStore`] on one redb file.
+//!
+//! Tables (schema version [`SCHEMA_VERSION`], recorded in `meta`):
+//!
+//! | table     | key                 | value                                        |
+//! |-----------|---------------------|----------------------------------------------|
+//! | `jobs`    | jid                 | msgpack `[created, has_load, load, minions]` |
+//! | `returns` | (jid, minion id)    | msgpack `[arrival seq, return load]`         |
+//! | `expiry`  | (created, jid)      | `()` — retention index                       |
+//! | `meta`    | name                | `u64` (`schema_version`, `next_seq`)         |
+//!
+//! Keying returns by (jid, minion id) makes the duplicate check one lookup and a job's
+//! returns one range scan; the global `next_seq` counter gives arrival order.
+
+use std::path::{Path, PathBuf};
+
+use redb::{Database, ReadableDatabase, ReadableTable, Table, TableDefinition, WriteTransaction};
+use rmpv::Value;
+
+use crate::value::{decode, encode};
+use crate::{Error, Job, JobStore, JobSummary, MinionReturn, NewReturn, Result, ReturnStatus};
+
+const JOBS: TableDefinition<&str, &[u8]> = TableDefinition::new("jobs");
+const RETURNS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("returns");
+const EXPIRY: TableDefinition<(u64, &str), ()> = TableDefinition::new("expiry");
+const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+
+/// The on-disk layout version this code reads and writes.
+const SCHEMA_VERSION: u64 = 1;
+const META_SCHEMA: &str = "schema_version";
+const META_NEXT_SEQ: &str = "next_seq";
+
+/// The master's job cache in a redb database (normally `cachedir/jobs.redb`).
+///
+/// Every write is one durable transaction (fsync on commit), so a store reopened after a
+/// crash or restart holds every job and return whose call returned `Ok`. Readers use MVCC
+/// snapshots and never block the writer. One process at a time may open the file.
+pub struct RedbJobStore {
+    db: Database,
+    path: PathBuf,
+}
+
+/// A decoded `jobs` record.
+struct JobRecord {
+    created: u64,
+    load: Option<Value>,
+    minions: Vec<String>,
+}
+
+impl RedbJobStore {
+    /// Opens (creating if needed) the store at `path`.
+    ///
+    /// The whole file is integrity-checked on open, so a damaged or foreign file is an
+    /// [`Error::Db`] rather than a later panic; this reads the file once at startup.
+    /// A database written with another schema version is [`Error::UnsupportedSchema`].
+    pub fn open(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref().to_path_buf();
+        let db = Database::builder()
+            .set_check_integrity_on_open(true)
+            .create(&path)?;
+        let txn = db.begin_write()?;
+        {
+            txn.open_table(JOBS)?;
+            txn.open_table(RETURNS)?;
+            txn.open_table(EXPIRY)?;
+            let mut meta = txn.open_table(META)?;
+            let found = meta.get(META_SCHEMA)?.map(|g| g.value());
+            match found {
+                None => {
+                    meta.insert(META_SCHEMA, SCHEMA_VERSION)?;
+                }
+                Some(SCHEMA_VERSION) => {}
+                Some(found) => {
+                    return Err(Error::UnsupportedSchema {
+                        found,
+                        expected: SCHEMA_VERSION,
+                    })
+                }
+            }
+        }
+        txn.commit()?;
+        Ok(RedbJobStore { db, path })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// The tables one return write touches, opened once per transaction.
+struct ReturnTables<'t> {
+    jobs: Table<'t, &'static str, &'static [u8]>,
+    returns: Table<'t, (&'static str, &'static str), &'static [u8]>,
+    expiry: Table<'t, (u64, &'static str), ()>,
+    next_seq: u64,
+}
+
+impl<'t> ReturnTables<'t> {
+    fn open(txn: &'t WriteTransaction) -> Result<Self> {
+        let next_seq = txn
+            .open_table(META)?
+            .get(META_NEXT_SEQ)?
+            .map_or(0, |g| g.value());
+        Ok(ReturnTables {
+            jobs: txn.open_table(JOBS)?,
+            returns: txn.open_table(RETURNS)?,
+            expiry: txn.open_table(EXPIRY)?,
+            next_seq,
+        })
+    }
+
+    fn add(&mut self, jid: &str, minion_id: &str, load: &Value, now: u64) -> Result<ReturnStatus> {
+        if self.returns.get((jid, minion_id))?.is_some() {
+            return Ok(ReturnStatus::Duplicate);
+        }
+        if self.jobs.get(jid)?.is_none() {
+            let record = JobRecord {
+                created: now,
+                load: None,
+                minions: Vec::new(),
+            };
+            self.jobs.insert(jid, encode_job(&record)?.as_slice())?;
+            self.expiry.insert((now, jid), ())?;
+        }
+        let seq = self.next_seq;
+        self.next_seq = seq.checked_add(1).ok_or_else(|| Error::Corrupt {
+            what: format!("meta[{META_NEXT_SEQ}]"),
+            reason: "return sequence counter exhausted".into(),
+        })?;
+        let bytes = encode(&Value::Array(vec![Value::from(seq), load.clone()]))?;
+        self.returns.insert((jid, minion_id), bytes.as_slice())?;
+        Ok(ReturnStatus::Stored)
+    }
+
+    fn finish(self, txn: &WriteTransaction) -> Result<()> {
+        txn.open_table(META)?.insert(META_NEXT_SEQ, self.next_seq)?;
+        Ok(())
+    }
+}
+
+impl JobStore for RedbJobStore {
+    fn save_load(&self, jid: &str, load: &Value, minions: &[String], now: u64) -> Result<()> {
+        let txn = self.db.begin_write()?;
+        {
+            let mut jobs = txn.open_table(JOBS)?;
+            let existing = match jobs.get(jid)? {
+                Some(g) => Some(decode_job(jid, g.value())?),
+                None => None,
+            };
+            let record = match existing {
+                Some(old) => JobRecord {
+                    created: old.created,
+                    load: Some(load.clone()),
+                    minions: merge_minions(old.minions, minions),
+                },
+                None => {
+                    txn.open_table(EXPIRY)?.insert((now, jid), ())?;
+                    JobRecord {
+                        created: now,
+                        load: Some(load.clone()),
+                        minions: merge_minions(Vec::new(), minions),
+                    }
+                }
+            };
+            jobs.insert(jid, encode_job(&record)?.as_slice())?;
+        }
+        txn.commit()?;
+        Ok(())
+    }
+
+    fn add_return(
+        &self,
+        jid: &str,
+        minion_id: &str,
+        load: &Value,
+        now: u64,
+    ) -> Result<ReturnStatus> {
+        let txn = self.db.begin_write()?;
+        let mut tables = ReturnTables::open(&txn)?;
+        let status = tables.add(jid, minion_id, load, now)?;
+        tables.finish(&txn)?;
+        txn.commit()?;
+        Ok(status)
+    }
+
+    /// One transaction (one fsync) for the whole batch.
+    fn add_returns(&self, returns: &[NewReturn<'_>], now: u64) -> Result<Vec<ReturnStatus>> {
+        let txn = self.db.begin_write()?;
+        let mut tables = ReturnTables::open(&txn)?;
+        let statuses = returns
+            .iter()
+            .map(|r| tables.add(r.jid, r.minion_id, r.load, now))
+            .collect::<Result<Vec<_>>>()?;
+        tables.finish(&txn)?;
+        txn.commit()?;
+        Ok(statuses)
+    }
+
+    fn get_load(&self, jid: &str) -> Result<Option<Job>> {
+        let txn = self.db.begin_read()?;
+        let jobs = txn.open_table(JOBS)?;
+        let Some(guard) = jobs.get(jid)? else {
+            return Ok(None);
+        };
+        let record = decode_job(jid, guard.value())?;
+        Ok(record.load.map(|load| Job {
+            jid: jid.to_string(),
+            load,
+            minions: record.minions,
+            created: record.created,
+        }))
+    }
+
+    fn get_returns(&self, jid: &str) -> Result<Vec<MinionReturn>> {
+        let txn = self.db.begin_read()?;
+        let returns = txn.open_table(RETURNS)?;
+        let mut out = Vec::new();
+        for entry in returns.range((jid, "")..)? {
+            let (key, value) = entry?;
+            let (key_jid, minion_id) = key.value();
+            if key_jid != jid {
+                break;
+            }
+            let (seq, load) = decode_return(jid, minion_id, value.value())?;
+            out.push((
+                seq,
+                MinionReturn {
+                    minion_id: minion_id.to_string(),
+                    load,
+                },
+            ));
+        }
+        out.sort_by_key(|(seq, _)| *seq);
+        Ok(out.into_iter().map(|(_, r)| r).collect())
+    }
+
+    fn list_jobs(&self) -> Result<Vec<JobSummary>> {
+        let txn = self.db.begin_read()?;
+        let jobs = txn.open_table(JOBS)?;
+        let mut out = Vec::new();
+        for entry in jobs.iter()? {
+            let (key, value) = entry?;
+            let jid = key.value();
+            let record = decode_job(jid, value.value())?;
+            if let Some(load) = &record.load {
+                out.push(JobSummary::from_load(jid, record.created, load));
+            }
+        }
+        Ok(out)
+    }
+
+    fn clean_expired(&self, now: u64, keep_jobs_seconds: u64) -> Result<usize> {
+        if keep_jobs_seconds == 0 {
+            return Ok(0);
+        }
+        // Expired means `now - created > keep`, i.e. `created < now - keep`.
+        let Some(cutoff) = now.checked_sub(keep_jobs_seconds) else {
+            return Ok(0);
+        };
+        let txn = self.db.begin_write()?;
+        let removed;
+        {
+            let mut expiry = txn.open_table(EXPIRY)?;
+            let mut jobs = txn.open_table(JOBS)?;
+            let mut returns = txn.open_table(RETURNS)?;
+            let mut expired = Vec::new();
+            for entry in expiry.range(..(cutoff, ""))? {
+                let (key, _) = entry?;
+                let (created, jid) = key.value();
+                expired.push((created, jid.to_string()));
+            }
+            for (created, jid) in &expired {
+                expiry.remove((*created, jid.as_str()))?;
+                jobs.remove(jid.as_str())?;
+                let mut minions = Vec::new();
+                for entry in returns.range((jid.as_str(), "")..)? {
+                    let (key, _) = entry?;
+                    let (key_jid, minion_id) = key.value();
+                    if key_jid != jid {
+                        break;
+                    }
+                    minions.push(minion_id.to_string());
+                }
+                for minion_id in &minions {
+                    returns.remove((jid.as_str(), minion_id.as_str()))?;
+                }
+            }
+            removed = expired.len();
+        }
+        txn.commit()?;
+        Ok(removed)
+    }
+}
+
+/// Sorted union of `old` and `new`, as Salt's `save_minions`.
+fn merge_minions(mut old: Vec<String>, new: &[String]) -> Vec<String> {
+    old.extend(new.iter().cloned());
+    old.sort();
+    old.dedup();
+    old
+}
+
+fn encode_job(record: &JobRecord) -> Result<Vec<u8>> {
+    encode(&Value::Array(vec![
+        Value::from(record.created),
+        Value::Boolean(record.load.is_some()),
+        record.load.clone().unwrap_or(Value::Nil),
+        Value::Array(
+            record
+                .minions
+                .iter()
+                .map(|m| Value::from(m.as_str()))
+                .collect(),
+        ),
+    ]))
+}
+
+fn decode_job(jid: &str, bytes: &[u8]) -> Result<JobRecord> {
+    let what = || format!("jobs[{jid}]");
+    let corrupt = |reason: &str| Error::Corrupt {
+        what: what(),
+        reason: reason.to_string(),
+    };
+    let Value::Array(items) = decode(bytes, &what)? else {
+        return Err(corrupt("record is not an array"));
+    };
+    let [created, has_load, load, minions]: [Value; 4] = items
+        .try_into()
+        .map_err(|_| corrupt("record does not have 4 fields"))?;
+    let created = created
+        .as_u64()
+        .ok_or_else(|| corrupt("creation time is not an unsigned integer"))?;
+    let load = match has_load {
+        Value::Boolean(true) => Some(load),
+        Value::Boolean(false) => None,
+        _ => return Err(corrupt("load flag is not a boolean")),
+    };
+    let Value::Array(minions) = minions else {
+        return Err(corrupt("minion list is not an array"));
+    };
+    let minions = minions
+        .into_iter()
+        .map(|m| match m {
+            Value::String(s) => s
+                .into_str()
+                .ok_or_else(|| corrupt("minion id is not UTF-8")),
+            _ => Err(corrupt("minion id is not a string")),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(JobRecord {
+        created,
+        load,
+        minions,
+    })
+}
+
+fn decode_return(jid: &str, minion_id: &str, bytes: &[u8]) -> Result<(u64, Value)> {
+    let what = || format!("returns[{jid}, {minion_id}]");
+    let corrupt = |reason: &str| Error::Corrupt {
+        what: what(),
+        reason: reason.to_string(),
+    };
+    let Value::Array(items) = decode(bytes, &what)? else {
+        return Err(corrupt("record is not an array"));
+    };
+    let [seq, load]: [Value; 2] = items
+        .try_into()
+        .map_err(|_| corrupt("record does not have 2 fields"))?;
+    let seq = seq
+        .as_u64()
+        .ok_or_else(|| corrupt("sequence number is not an unsigned integer"))?;
+    Ok((seq, load))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::value::text;
+    use std::sync::Arc;
+
+    fn map(pairs: &[(&str, Value)]) -> Value {
+        Value::Map(pairs.iter().map(|(k, v)| (text(k), v.clone())).collect())
+    }
+
+    fn pub_load(jid: &str, fun: &str) -> Value {
+        map(&[
+            ("jid", text(jid)),
+            ("fun", text(fun)),
+            ("arg", Value::Array(vec![])),
+            ("tgt", text("*")),
+            ("tgt_type", text("glob")),
+            ("user", text("root")),
+        ])
+    }
+
+    fn ret_load(jid: &str, id: &str, ret: Value) -> Value {
+        map(&[
+            ("id", text(id)),
+            ("jid", text(jid)),
+            ("fun", text("test.ping")),
+            ("return", ret),
+            ("retcode", Value::from(0)),
+            ("success", Value::Boolean(true)),
+        ])
+    }
+
+    fn minions(ids: &[&str]) -> Vec<String> {
+        ids.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn store() -> (tempfile::TempDir, RedbJobStore) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = RedbJobStore::open(dir.path().join("jobs.redb")).unwrap();
+        (dir, store)
+    }
+
+    const JID: &str = "20240101120000123456";
+
+    #[test]
+    fn load_and_returns_round_trip() {
+        let (_dir, store) = store();
+        let load = pub_load(JID, "test.ping");
+        store
+            .save_load(JID, &load, &minions(&["web2", "web1"]), 100)
+            .unwrap();
+        let job = store.get_load(JID).unwrap().unwrap();
+        assert_eq!(job.load, load);
+        assert_eq!(job.minions, minions(&["web1", "web2"]));
+        assert_eq!(job.created, 100);
+
+        // Arrival order is kept, not minion-id order.
+        for id in ["web2", "web1"] {
+            let status = store.add_return(JID, id, &ret_load(JID, id, Value::Boolean(true)), 101);
+            assert_eq!(status.unwrap(), ReturnStatus::Stored);
+        }
+        let rets = store.get_returns(JID).unwrap();
+        let ids: Vec<_> = rets.iter().map(|r| r.minion_id.as_str()).collect();
+        assert_eq!(ids, ["web2", "web1"]);
+        assert_eq!(rets[0].load, ret_load(JID, "web2", Value::Boolean(true)));
+    }
+
+    #[test]
+    fn unknown_jid_has_no_load_and_no_returns() {
+        let (_dir, store) = store();
+        assert_eq!(store.get_load("nope").unwrap(), None);
+        assert!(store.get_returns("nope").unwrap().is_empty());
+        assert!(store.list_jobs().unwrap().is_empty());
+    }
+
+    #[test]
+    fn returns_of_one_jid_do_not_leak_into_a_prefix_jid() {
+        let (_dir, store) = store();
+        let a = "2024010112000012345";
+        let b = "20240101120000123456";
+        let _ = store.add_return(b, "m", &Value::from(1), 0).unwrap();
+        let _ = store.add_return(a, "m", &Value::from(2), 0).unwrap();
+        assert_eq!(store.get_returns(a).unwrap()[0].load, Value::from(2));
+        assert_eq!(store.get_returns(b).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn duplicate_return_keeps_the_first() {
+        let (_dir, store) = store();
+        let first = ret_load(JID, "web1", text("first"));
+        let second = ret_load(JID, "web1", text("second"));
+        assert_eq!(
+            store.add_return(JID, "web1", &first, 1).unwrap(),
+            ReturnStatus::Stored
+        );
+        assert_eq!(
+            store.add_return(JID, "web1", &second, 2).unwrap(),
+            ReturnStatus::Duplicate
+        );
+        let rets = store.get_returns(JID).unwrap();
+        assert_eq!(rets.len(), 1);
+        assert_eq!(rets[0].load, first);
+    }
+
+    #[test]
+    fn batch_returns_report_duplicates_within_and_across_batches() {
+        let (_dir, store) = store();
+        let v = Value::from(1);
+        let r = |minion_id| NewReturn {
+            jid: JID,
+            minion_id,
+            load: &v,
+        };
+        let got = store.add_returns(&[r("a"), r("b"), r("a")], 5).unwrap();
+        use ReturnStatus::{Duplicate, Stored};
+        assert_eq!(got, [Stored, Stored, Duplicate]);
+        let got = store.add_returns(&[r("b"), r("c")], 6).unwrap();
+        assert_eq!(got, [Duplicate, Stored]);
+        let ids: Vec<_> = store
+            .get_returns(JID)
+            .unwrap()
+            .into_iter()
+            .map(|r| r.minion_id)
+            .collect();
+        assert_eq!(ids, ["a", "b", "c"]);
+    }
+
+    #[test]
+    fn saving_a_load_again_merges_minions_and_keeps_created() {
+        let (_dir, store) = store();
+        store
+            .save_load(JID, &pub_load(JID, "a.b"), &minions(&["m2", "m1"]), 10)
+            .unwrap();
+        let load2 = pub_load(JID, "c.d");
+        store
+            .save_load(JID, &load2, &minions(&["m3", "m1"]), 20)
+            .unwrap();
+        let job = store.get_load(JID).unwrap().unwrap();
+        assert_eq!(job.load, load2);
+        assert_eq!(job.minions, minions(&["m1", "m2", "m3"]));
+        assert_eq!(job.created, 10);
+    }
+
+    #[test]
+    fn return_before_load_is_kept_and_load_fills_in_later() {
+        let (_dir, store) = store();
+        let _ = store.add_return(JID, "m1", &Value::from(1), 50).unwrap();
+        assert_eq!(store.get_load(JID).unwrap(), None);
+        assert!(store.list_jobs().unwrap().is_empty());
+        store
+            .save_load(JID, &pub_load(JID, "x.y"), &minions(&["m1"]), 60)
+            .unwrap();
+        let job = store.get_load(JID).unwrap().unwrap();
+        assert_eq!(job.created, 50);
+        assert_eq!(store.get_returns(JID).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn list_jobs_summarises_jobs_in_jid_order() {
+        let (_dir, store) = store();
+        let j1 = "20240101120000000001";
+        let j2 = "20240101120000000002";
+        store
+            .save_load(j2, &pub_load(j2, "cmd.run"), &[], 1)
+            .unwrap();
+        store
+            .save_load(j1, &pub_load(j1, "test.ping"), &[], 2)
+            .unwrap();
+        let jobs = store.list_jobs().unwrap();
+        let got: Vec<_> = jobs
+            .iter()
+            .map(|s| (s.jid.as_str(), s.function.clone()))
+            .collect();
+        assert_eq!(got, [(j1, text("test.ping")), (j2, text("cmd.run"))]);
+        assert_eq!(jobs[0].created, 2);
+    }
+
+    #[test]
+    fn clean_expired_follows_keep_jobs_seconds() {
+        // (created, now, keep, removed?) — removed when now - created > keep; keep 0 = forever.
+        let cases = [
+            (100, 200, 50, true),
+            (100, 150, 50, false),
+            (100, 151, 50, true),
+            (100, 10_000, 0, false),
+            (100, 40, 50, false),
+            (100, 90, 5, false),
+        ];
+        for (created, now, keep, removed) in cases {
+            let (_dir, store) = store();
+            store
+                .save_load(JID, &pub_load(JID, "f.f"), &minions(&["m"]), created)
+                .unwrap();
+            let _ = store
+                .add_return(JID, "m", &Value::from(1), created + 1)
+                .unwrap();
+            let n = store.clean_expired(now, keep).unwrap();
+            assert_eq!(n, usize::from(removed), "case {created} {now} {keep}");
+            assert_eq!(store.get_load(JID).unwrap().is_none(), removed);
+            assert_eq!(store.get_returns(JID).unwrap().is_empty(), removed);
+        }
+    }
+
+    #[test]
+    fn clean_expired_removes_only_old_jobs() {
+        let (_dir, store) = store();
+        let old = "20240101000000000001";
+        let new = "20240101000000000002";
+        store
+            .save_load(old, &pub_load(old, "a.a"), &[], 1_000)
+            .unwrap();
+        store
+            .save_load(new, &pub_load(new, "b.b"), &[], 5_000)
+            .unwrap();
+        for jid in [old, new] {
+            let _ = store.add_return(jid, "m1", &Value::from(1), 5_000).unwrap();
+            let _ = store.add_return(jid, "m2", &Value::from(2), 5_000).unwrap();
+        }
+        // An orphan return (no load) ages from its own arrival.
+        let _ = store
+            .add_return("orphan", "m1", &Value::from(3), 1_500)
+            .unwrap();
+        assert_eq!(store.clean_expired(6_000, 3_000).unwrap(), 2);
+        assert!(store.get_load(old).unwrap().is_none());
+        assert!(store.get_returns(old).unwrap().is_empty());
+        assert!(store.get_returns("orphan").unwrap().is_empty());
+        assert!(store.get_load(new).unwrap().is_some());
+        assert_eq!(store.get_returns(new).unwrap().len(), 2);
+        assert_eq!(store.clean_expired(6_000, 3_000).unwrap(), 0);
+        // A re-created jid starts a fresh clock.
+        let _ = store.add_return(old, "m1", &Value::from(9), 6_000).unwrap();
+        assert_eq!(store.get_returns(old).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn store_survives_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("jobs.redb");
+        let load = pub_load(JID, "state.apply");
+        {
+            let store = RedbJobStore::open(&path).unwrap();
+            store
+                .save_load(JID, &load, &minions(&["a", "b"]), 7)
+                .unwrap();
+            let _ = store.add_return(JID, "b", &Value::from("rb"), 8).unwrap();
+            let _ = store.add_return(JID, "a", &Value::from("ra"), 9).unwrap();
+        }
+        let store = RedbJobStore::open(&path).unwrap();
+        assert_eq!(store.path(), path);
+        let job = store.get_load(JID).unwrap().unwrap();
+        assert_eq!(
+            (job.load, job.minions, job.created),
+            (load, minions(&["a", "b"]), 7)
+        );
+        let rets: Vec<_> = store
+            .get_returns(JID)
+            .unwrap()
+            .into_iter()
+            .map(|r| (r.minion_id, r.load))
+            .collect();
+        assert_eq!(
+            rets,
+            [
+                ("b".to_string(), Value::from("rb")),
+                ("a".to_string(), Value::from("ra"))
+            ]
+        );
+        // Arrival order continues across the reopen.
+        let _ = store.add_return(JID, "c", &Value::from("rc"), 10).unwrap();
+        assert_eq!(store.get_returns(JID).unwrap()[2].minion_id, "c");
+        assert_eq!(store.clean_expired(100, 10).unwrap(), 1);
+    }
+
+    #[test]
+    fn non_utf8_strings_survive_the_store() {
+        let (_dir, store) = store();
+        let raw = decode(&[0xa3, 0xff, 0xfe, b'x'], &|| "raw".into()).unwrap();
+        assert!(raw.as_str().is_none(), "test value must not be UTF-8");
+        let bin = Value::Binary(vec![0, 1, 2]);
+        let load = map(&[("return", raw.clone()), ("blob", bin.clone())]);
+        let _ = store.add_return(JID, "m", &load, 0).unwrap();
+        assert_eq!(store.get_returns(JID).unwrap()[0].load, load);
+    }
+
+    #[test]
+    fn unstorable_values_are_refused_and_leave_nothing_behind() {
+        let (_dir, store) = store();
+        let mut deep = Value::Nil;
+        for _ in 0..200 {
+            deep = Value::Array(vec![deep]);
+        }
+        let got = store.add_return(JID, "m", &deep, 0);
+        assert!(matches!(got, Err(Error::Unstorable(_))), "{got:?}");
+        let got = store.save_load(JID, &deep, &[], 0);
+        assert!(matches!(got, Err(Error::Unstorable(_))), "{got:?}");
+        assert!(store.get_returns(JID).unwrap().is_empty());
+        assert_eq!(store.get_load(JID).unwrap(), None);
+        // The failed calls did not even leave a load-less job behind.
+        assert_eq!(store.clean_expired(10, 1).unwrap(), 0);
+    }
+
+    #[test]
+    fn readers_run_alongside_a_writer() {
+        let (_dir, store) = store();
+        let store = Arc::new(store);
+        store.save_load(JID, &pub_load(JID, "t.t"), &[], 0).unwrap();
+        let writer = {
+            let store = Arc::clone(&store);
+            std::thread::spawn(move || {
+                for i in 0..50 {
+                    let id = format!("m{i:02}");
+                    let _ = store.add_return(JID, &id, &Value::from(i), 1).unwrap();
+                }
+            })
+        };
+        let readers: Vec<_> = (0..2)
+            .map(|_| {
+                let store = Arc::clone(&store);
+                std::thread::spawn(move || {
+                    let mut last = 0;
+                    for _ in 0..50 {
+                        let n = store.get_returns(JID).unwrap().len();
+                        assert!(n >= last, "a reader went backwards");
+                        last = n;
+                    }
+                })
+            })
+            .collect();
+        writer.join().unwrap();
+        for r in readers {
+            r.join().unwrap();
+        }
+        assert_eq!(store.get_returns(JID).unwrap().len(), 50);
+    }
+
+    /// Writes raw bytes into a table behind the store's back.
+    fn poke<K: redb::Key + 'static>(
+        path: &Path,
+        table: TableDefinition<K, &[u8]>,
+        key: K::SelfType<'_>,
+        bytes: &[u8],
+    ) {
+        let db = Database::create(path).unwrap();
+        let txn = db.begin_write().unwrap();
+        txn.open_table(table).unwrap().insert(key, bytes).unwrap();
+        txn.commit().unwrap();
+    }
+
+    #[test]
+    fn malformed_records_are_errors() {
+        let bad_jobs: &[&[u8]] = &[
+            b"",
+            &[0xc1],                                     // never-used msgpack byte
+            &[0x93, 0x01, 0xc3, 0xc0],                   // 3 fields
+            &[0x94, 0xff, 0xc3, 0xc0, 0x90],             // negative created
+            &[0x94, 0x01, 0x01, 0xc0, 0x90],             // flag not bool
+            &[0x94, 0x01, 0xc3, 0xc0, 0x01],             // minions not array
+            &[0x94, 0x01, 0xc3, 0xc0, 0x91, 0x01],       // minion not string
+            &[0x94, 0x01, 0xc3, 0xc0, 0x91, 0xa1, 0xff], // minion not UTF-8
+            &[0x94, 0x01, 0xc3, 0xc0, 0x90, 0x00],       // trailing byte
+            &[0xa3, b'a', b'b', b'c'],                   // not an array
+        ];
+        for bytes in bad_jobs {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("jobs.redb");
+            drop(RedbJobStore::open(&path).unwrap());
+            poke(&path, JOBS, JID, bytes);
+            let store = RedbJobStore::open(&path).unwrap();
+            let got = store.get_load(JID);
+            assert!(
+                matches!(got, Err(Error::Corrupt { .. })),
+                "{bytes:?}: {got:?}"
+            );
+            assert!(matches!(store.list_jobs(), Err(Error::Corrupt { .. })));
+            let got = store.save_load(JID, &Value::Nil, &[], 0);
+            assert!(matches!(got, Err(Error::Corrupt { .. })), "{bytes:?}");
+        }
+
+        let bad_returns: &[&[u8]] = &[b"", &[0x91, 0x01], &[0x92, 0xa1, b'x', 0xc0], &[0x01]];
+        for bytes in bad_returns {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("jobs.redb");
+            drop(RedbJobStore::open(&path).unwrap());
+            poke(&path, RETURNS, (JID, "m"), bytes);
+            let store = RedbJobStore::open(&path).unwrap();
+            let got = store.get_returns(JID);
+            assert!(
+                matches!(got, Err(Error::Corrupt { .. })),
+                "{bytes:?}: {got:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn foreign_or_damaged_files_fail_to_open() {
+        let dir = tempfile::tempdir().unwrap();
+
+        let garbage = dir.path().join("garbage.redb");
+        std::fs::write(&garbage, vec![0x5a; 64 * 1024]).unwrap();
+        assert!(matches!(RedbJobStore::open(&garbage), Err(Error::Db(_))));
+
+        // A good database with its tail cut off, then one with bytes flipped in the middle.
+        let good = dir.path().join("good.redb");
+        {
+            let store = RedbJobStore::open(&good).unwrap();
+            for i in 0..200 {
+                let jid = format!("2024010112000000{i:04}");
+                store
+                    .save_load(&jid, &pub_load(&jid, "x.y"), &[], 1)
+                    .unwrap();
+            }
+        }
+        let bytes = std::fs::read(&good).unwrap();
+        let truncated = dir.path().join("truncated.redb");
+        std::fs::write(&truncated, &bytes[..bytes.len() / 2]).unwrap();
+        assert!(RedbJobStore::open(&truncated).is_err());
+        let flipped = dir.path().join("flipped.redb");
+        let mut damaged = bytes.clone();
+        let mid = damaged.len() / 2;
+        for b in &mut damaged[mid..mid + 4096] {
+            *b ^= 0xa5;
+        }
+        std::fs::write(&flipped, &damaged).unwrap();
+        if let Ok(store) = RedbJobStore::open(&flipped) {
+            // Damage that only hit free pages is harmless; every read must still not panic.
+            let _ = store.list_jobs();
+        }
+    }
+
+    #[test]
+    fn wrong_table_types_or_schema_are_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("typed.redb");
+        {
+            let db = Database::create(&path).unwrap();
+            let txn = db.begin_write().unwrap();
+            let other: TableDefinition<u64, u64> = TableDefinition::new("jobs");
+            txn.open_table(other).unwrap().insert(1, 2).unwrap();
+            txn.commit().unwrap();
+        }
+        assert!(matches!(RedbJobStore::open(&path), Err(Error::Db(_))));
+
+        let path = dir.path().join("future.redb");
+        drop(RedbJobStore::open(&path).unwrap());
+        {
+            let db = Database::create(&path).unwrap();
+            let txn = db.begin_write().unwrap();
+            txn.open_table(META)
+                .unwrap()
+                .insert(META_SCHEMA, 99)
+                .unwrap();
+            txn.commit().unwrap();
+        }
+        assert!(matches!(
+            RedbJobStore::open(&path),
+            Err(Error::UnsupportedSchema {
+                found: 99,
+                expected: 1
+            })
+        ));
+    }
+}

@@ -1,0 +1,132 @@
+//! The job-cache writer: one thread that owns every write to the job store and to the
+//! `local_cache` tree, so request workers never wait on disk for returns.
+//!
+//! Back-pressure, not loss: the queue is bounded ([`QUEUE_CAPACITY`]); when it is full a
+//! worker waits, which slows the minions that are returning — a return the master accepted
+//! is never dropped. Returns waiting in the queue are written in one redb transaction.
+//! The writer also applies `keep_jobs_seconds` retention every [`CLEAN_INTERVAL`].
+
+use halite_jobcache::{JobStore, LocalCacheWriter, NewReturn, Value};
+use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Pending job-cache operations before workers wait.
+pub const QUEUE_CAPACITY: usize = 65_536;
+/// How often expired jobs are removed.
+pub const CLEAN_INTERVAL: Duration = Duration::from_secs(60);
+const MAX_BATCH: usize = 1024;
+
+/// One write for the job cache.
+pub enum JobOp {
+    /// A job's load went out; the `local_cache` copy was already written synchronously.
+    Load {
+        /// Job id.
+        jid: String,
+        /// The saved load.
+        load: Value,
+        /// Expected minions.
+        minions: Vec<String>,
+    },
+    /// A minion returned.
+    Return {
+        /// Job id.
+        jid: String,
+        /// Minion id.
+        id: String,
+        /// The full return load.
+        load: Value,
+    },
+}
+
+/// Handle to the writer thread; dropping every handle stops it after it drains the queue.
+#[derive(Clone)]
+pub struct JobWriter {
+    tx: SyncSender<JobOp>,
+}
+
+/// Unix seconds now (the writer's only clock).
+pub fn unix_now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+impl JobWriter {
+    /// Starts the writer thread.
+    pub fn spawn(store: Arc<dyn JobStore>, local: LocalCacheWriter, keep_jobs_seconds: u64) -> (Self, JoinHandle<()>) {
+        let (tx, rx) = sync_channel(QUEUE_CAPACITY);
+        let h = std::thread::Builder::new()
+            .name("job-cache".into())
+            .spawn(move || writer_loop(rx, store.as_ref(), &local, keep_jobs_seconds))
+            .expect("spawning the job-cache thread");
+        (Self { tx }, h)
+    }
+
+    /// Queues a write, waiting while the queue is full.
+    pub fn send(&self, op: JobOp) {
+        if self.tx.send(op).is_err() {
+            tracing::error!("Job cache writer has stopped; a job cache write was lost");
+        }
+    }
+}
+
+fn writer_loop(rx: Receiver<JobOp>, store: &dyn JobStore, local: &LocalCacheWriter, keep: u64) {
+    let mut last_clean = Instant::now();
+    clean(store, local, keep);
+    loop {
+        let first = match rx.recv_timeout(CLEAN_INTERVAL) {
+            Ok(op) => Some(op),
+            Err(RecvTimeoutError::Timeout) => None,
+            Err(RecvTimeoutError::Disconnected) => return,
+        };
+        let mut batch: Vec<JobOp> = first.into_iter().collect();
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(op) => batch.push(op),
+                Err(_) => break,
+            }
+        }
+        write_batch(store, local, &batch);
+        if last_clean.elapsed() >= CLEAN_INTERVAL {
+            clean(store, local, keep);
+            last_clean = Instant::now();
+        }
+    }
+}
+
+fn write_batch(store: &dyn JobStore, local: &LocalCacheWriter, batch: &[JobOp]) {
+    let now = unix_now();
+    let mut returns = Vec::new();
+    for op in batch {
+        match op {
+            JobOp::Load { jid, load, minions } => {
+                if let Err(e) = store.save_load(jid, load, minions, now) {
+                    tracing::error!(%jid, error = %e, "Could not save the job load");
+                }
+            }
+            JobOp::Return { jid, id, load } => {
+                returns.push(NewReturn { jid, minion_id: id, load });
+                if let Err(e) = local.write_return(jid, id, load) {
+                    tracing::warn!(%jid, minion = %id, error = %e, "Could not write the return to local_cache");
+                }
+            }
+        }
+    }
+    if !returns.is_empty() {
+        if let Err(e) = store.add_returns(&returns, now) {
+            tracing::error!(error = %e, count = returns.len(), "Could not store returns in the job cache");
+        }
+    }
+}
+
+fn clean(store: &dyn JobStore, local: &LocalCacheWriter, keep: u64) {
+    let now = unix_now();
+    match store.clean_expired(now, keep) {
+        Ok(0) => {}
+        Ok(n) => tracing::info!(removed = n, "Removed expired jobs from the job cache"),
+        Err(e) => tracing::error!(error = %e, "Job cache retention failed"),
+    }
+    if let Err(e) = local.clean_expired(now, keep) {
+        tracing::warn!(error = %e, "local_cache retention failed");
+    }
+}

@@ -1,0 +1,169 @@
+//! The master's in-memory view of accepted keys, kept current without scanning on hot paths.
+//!
+//! Invariants:
+//! - The auth path reads one id's key from disk ([`KeyStore::get`]); it never lists a
+//!   directory. The request path uses the index and falls back to that same single read.
+//! - The publish path reads [`KeyIndex::accepted_ids`], a shared snapshot.
+//! - Directory listings happen only in [`KeyIndex::refresh`], driven by a timer, and only
+//!   when a state directory's mtime changed (a key was added, moved or deleted by
+//!   `halite-key`, stock `salt-key` or by hand).
+
+use halite_keystore::KeyStore;
+use halite_proto::auth::KeyState;
+use halite_proto::pem::clean_key;
+use halite_proto::rsa::PublicKey;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::SystemTime;
+
+/// An accepted minion key, parsed once.
+pub struct AcceptedKey {
+    /// The PEM text (clean form).
+    pub pem: String,
+    /// The parsed key.
+    pub public: PublicKey,
+    /// The last `tok` that verified: X9.31 is deterministic, so a repeat is compared
+    /// byte-for-byte instead of doing the RSA operation again.
+    verified_tok: Mutex<Option<Vec<u8>>>,
+}
+
+impl AcceptedKey {
+    fn new(pem: &str) -> Option<Self> {
+        let public = PublicKey::from_pem(pem.as_bytes()).ok()?;
+        Some(Self { pem: clean_key(pem), public, verified_tok: Mutex::new(None) })
+    }
+
+    /// True when `tok` is this key's X9.31 signature of `b"salt"`.
+    pub fn verify_tok(&self, tok: &[u8]) -> bool {
+        if let Ok(cache) = self.verified_tok.lock() {
+            if cache.as_deref() == Some(tok) {
+                return true;
+            }
+        }
+        let ok = self.public.x931_verify(tok, b"salt");
+        if ok {
+            if let Ok(mut cache) = self.verified_tok.lock() {
+                *cache = Some(tok.to_vec());
+            }
+        }
+        ok
+    }
+}
+
+/// A change seen by [`KeyIndex::refresh`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyChange {
+    /// An id's key appeared in `minions/`.
+    Accepted(String),
+    /// An id's key left `minions/` (deleted, rejected, ...).
+    Removed(String),
+}
+
+/// Accepted keys by id, plus a sorted snapshot of the ids for targeting.
+pub struct KeyIndex {
+    store: KeyStore,
+    accepted: RwLock<HashMap<String, Arc<AcceptedKey>>>,
+    ids: RwLock<Arc<Vec<String>>>,
+    mtimes: Mutex<Vec<Option<SystemTime>>>,
+}
+
+const WATCHED: [KeyState; 4] = [KeyState::Accepted, KeyState::Pending, KeyState::Rejected, KeyState::Denied];
+
+impl KeyIndex {
+    /// Builds the index from the accepted keys on disk.
+    pub fn load(store: KeyStore) -> Self {
+        let idx = Self {
+            store,
+            accepted: RwLock::new(HashMap::new()),
+            ids: RwLock::new(Arc::new(Vec::new())),
+            mtimes: Mutex::new(vec![None; WATCHED.len()]),
+        };
+        idx.refresh();
+        idx
+    }
+
+    /// The key store underneath.
+    pub fn store(&self) -> &KeyStore {
+        &self.store
+    }
+
+    /// The accepted key of `id`: from the index, else one read from disk.
+    pub fn accepted(&self, id: &str) -> Option<Arc<AcceptedKey>> {
+        if let Some(k) = self.accepted.read().ok()?.get(id) {
+            return Some(k.clone());
+        }
+        match self.store.get(id) {
+            Ok(Some((KeyState::Accepted, pem))) => self.insert(id, &pem),
+            _ => None,
+        }
+    }
+
+    /// Records a key the auth path just accepted, so the minion's next request finds it.
+    /// `None` when the PEM does not parse.
+    pub fn insert(&self, id: &str, pem: &str) -> Option<Arc<AcceptedKey>> {
+        let key = Arc::new(AcceptedKey::new(pem)?);
+        let mut map = self.accepted.write().unwrap_or_else(|e| e.into_inner());
+        let is_new = map.insert(id.to_owned(), key.clone()).is_none();
+        drop(map);
+        if is_new {
+            let mut ids = self.ids.write().unwrap_or_else(|e| e.into_inner());
+            let mut v = (**ids).clone();
+            if let Err(pos) = v.binary_search_by(|x| x.as_str().cmp(id)) {
+                v.insert(pos, id.to_owned());
+            }
+            *ids = Arc::new(v);
+        }
+        Some(key)
+    }
+
+    /// The sorted ids of accepted minions.
+    pub fn accepted_ids(&self) -> Arc<Vec<String>> {
+        self.ids.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Rescans the state directories if any changed since the last call and returns what
+    /// changed in `minions/`.
+    pub fn refresh(&self) -> Vec<KeyChange> {
+        let now: Vec<Option<SystemTime>> = WATCHED
+            .iter()
+            .map(|s| std::fs::metadata(self.store.dir(*s)).and_then(|m| m.modified()).ok())
+            .collect();
+        {
+            let mut last = self.mtimes.lock().unwrap_or_else(|e| e.into_inner());
+            if *last == now && now.iter().all(Option::is_some) {
+                return Vec::new();
+            }
+            *last = now;
+        }
+        let on_disk: Vec<String> = self.store.list(KeyState::Accepted).unwrap_or_default();
+        let mut changes = Vec::new();
+        let mut map = self.accepted.write().unwrap_or_else(|e| e.into_inner());
+        let disk_set: std::collections::HashSet<&str> = on_disk.iter().map(String::as_str).collect();
+        let gone: Vec<String> = map.keys().filter(|k| !disk_set.contains(k.as_str())).cloned().collect();
+        for id in gone {
+            map.remove(&id);
+            changes.push(KeyChange::Removed(id));
+        }
+        for id in &on_disk {
+            let pem = match self.store.get(id) {
+                Ok(Some((KeyState::Accepted, pem))) => pem,
+                _ => continue,
+            };
+            let changed = map.get(id).map(|k| k.pem != clean_key(&pem)).unwrap_or(true);
+            if changed {
+                if let Some(k) = AcceptedKey::new(&pem) {
+                    if map.insert(id.clone(), Arc::new(k)).is_none() {
+                        changes.push(KeyChange::Accepted(id.clone()));
+                    }
+                } else {
+                    tracing::error!("Corrupt or missing public key \"{id}\"");
+                }
+            }
+        }
+        let mut ids: Vec<String> = map.keys().cloned().collect();
+        drop(map);
+        ids.sort();
+        *self.ids.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(ids);
+        changes
+    }
+}

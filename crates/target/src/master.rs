@@ -1,0 +1,521 @@
+//! The master's expectation: which accepted minions a target should reach
+//! (`salt.utils.minions.CkMinions.check_minions`).
+//!
+//! The result is used for waiting and for "did not return" reports; the publish itself
+//! goes to every connected minion, and each minion decides for itself ([`crate::minion`]).
+//! The two can disagree, and Salt's disagreements are kept: a glob is comma-split here but
+//! not on the minion, an unclosed `(` in a compound target is auto-closed here but invalid
+//! on the minion, and minions without cached grains are dropped from grain/pillar results
+//! but kept in `ipcidr` results.
+//!
+//! Only **accepted** keys are candidates. The caller owns the accepted set and the minion
+//! data cache ([`MinionDataCache`]); a check borrows both, walks the accepted ids once per
+//! engine, fetches cached data only for the minions an engine needs, and returns ids
+//! borrowed from the accepted set.
+//!
+//! Differences from Salt 3008.3, all deliberate:
+//! - Salt 3008's resource extensions are absent: glob targets are not augmented with
+//!   resource ids, `-L` does not resolve bare resource ids, a `T@` word expects nobody
+//!   (Salt expects the resource id it names) and the `resource` target type fails.
+//!   `M@`/`managing_minion` is a glob over minion ids, as in Salt.
+//! - With `greedy=false`, Salt's candidates are all ids listed in the grains cache, even
+//!   ids whose key is no longer accepted; here they are limited to accepted ids.
+//! - Results are deduplicated and sorted case-insensitively (Salt returns set order, and
+//!   duplicates when several comma-separated globs or list items name the same minion).
+//!   `missing` keeps Salt's order and duplicates.
+//! - A regex that exceeds [`crate::pyre::BACKTRACK_LIMIT`] fails the check like an invalid
+//!   one (Python would keep going).
+
+use std::borrow::Cow;
+use std::collections::BTreeSet;
+
+use rmpv::Value;
+
+use crate::compound::{self, SetTok};
+use crate::fnmatch;
+use crate::ipcidr::IpTarget;
+use crate::nodegroup::nodegroup_comp;
+use crate::pyre::{Anchor, RegexCache};
+use crate::pyvalue;
+use crate::subdict::{MatchMode, SubdictMatcher};
+
+/// A bank of the master's minion data cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bank {
+    /// `grains/<id>`: written when the minion asks for its pillar.
+    Grains,
+    /// `pillar/<id>`.
+    Pillar,
+}
+
+/// The master's minion data cache, as targeting reads it.
+pub trait MinionDataCache {
+    /// Whether the grains bank lists `id` (Salt's `cache.list("grains")`). Called once per
+    /// accepted minion for grain, pillar and ipcidr targets, so it should be cheap.
+    fn has_grains(&self, id: &str) -> bool;
+    /// The cached grains or pillar of `id`, `None` when there is no entry. Borrow when the
+    /// data is in memory; return an owned value when it had to be loaded.
+    fn fetch(&self, bank: Bank, id: &str) -> Option<Cow<'_, Value>>;
+}
+
+/// A cache with nothing in it: every grain and pillar target expects no minion, `ipcidr`
+/// expects every accepted minion.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EmptyCache;
+
+impl MinionDataCache for EmptyCache {
+    fn has_grains(&self, _id: &str) -> bool {
+        false
+    }
+
+    fn fetch(&self, _bank: Bank, _id: &str) -> Option<Cow<'_, Value>> {
+        None
+    }
+}
+
+/// What the master expects from a publish.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CheckResult<'a> {
+    /// Expected minion ids, deduplicated, sorted case-insensitively.
+    pub minions: Vec<&'a str>,
+    /// List-target ids without an accepted key (Salt's `missing`), in target order.
+    pub missing: Vec<String>,
+}
+
+/// Salt's `CkMinions`: everything `check_minions` reads, borrowed for one or more checks.
+#[derive(Clone, Copy)]
+pub struct CkMinions<'a> {
+    /// Ids with an accepted key.
+    pub accepted: &'a BTreeSet<String>,
+    /// The minion data cache.
+    pub cache: &'a dyn MinionDataCache,
+    /// Compiled-regex cache for `pcre`, `grain_pcre` and `pillar_pcre`.
+    pub regexes: &'a RegexCache,
+    /// The master's `minion_data_cache` option (Salt's default is `true`). When off, grain
+    /// and pillar targets expect every accepted minion and compound targets expect none.
+    pub minion_data_cache: bool,
+    /// The master's `nodegroups` option, for `N@` words and the `nodegroup` target type.
+    pub nodegroups: Option<&'a Value>,
+}
+
+impl std::fmt::Debug for CkMinions<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CkMinions")
+            .field("accepted", &self.accepted.len())
+            .field("minion_data_cache", &self.minion_data_cache)
+            .field("nodegroups", &self.nodegroups)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Salt raised inside `check_minions`; the whole check yields nothing.
+struct Raised;
+
+/// One engine's answer.
+#[derive(Default)]
+struct Part<'a> {
+    minions: Vec<&'a str>,
+    missing: Vec<String>,
+}
+
+impl<'a> Part<'a> {
+    fn of(minions: Vec<&'a str>) -> Self {
+        Self {
+            minions,
+            missing: Vec::new(),
+        }
+    }
+}
+
+impl<'a> CkMinions<'a> {
+    /// `check_minions(expr, tgt_type, delimiter, greedy)`.
+    ///
+    /// `delimiter` applies to the top-level `grain`, `grain_pcre` and `pillar*` types
+    /// (compound words carry their own). Every publish in Salt uses `greedy=true`; the mine
+    /// uses `false`. Failures are logged as Salt logs them and give an empty result.
+    pub fn check_minions(
+        &self,
+        tgt: &Value,
+        tgt_type: &str,
+        delimiter: &str,
+        greedy: bool,
+    ) -> CheckResult<'a> {
+        let empty = Value::from("");
+        let expr = if matches!(tgt, Value::Nil) { &empty } else { tgt };
+        let result = match tgt_type {
+            "glob" | "managing_minion" => self.glob(expr).map(Part::of),
+            "pcre" => self.pcre(expr).map(Part::of),
+            "list" => self.list(expr, false),
+            "grain" => self.cache_match(expr, delimiter, greedy, Bank::Grains, MatchMode::Glob),
+            "grain_pcre" => self.cache_match(expr, delimiter, greedy, Bank::Grains, MatchMode::Regex),
+            "pillar" => self.cache_match(expr, delimiter, greedy, Bank::Pillar, MatchMode::Glob),
+            "pillar_pcre" => self.cache_match(expr, delimiter, greedy, Bank::Pillar, MatchMode::Regex),
+            "pillar_exact" => self.cache_match(expr, delimiter, greedy, Bank::Pillar, MatchMode::Exact),
+            "ipcidr" => self.ipcidr(expr, greedy).map(Part::of),
+            "compound" => self.compound(expr, greedy, false),
+            "compound_pillar_exact" => self.compound(expr, greedy, true),
+            "nodegroup" => self.nodegroup(expr, greedy),
+            "range" => {
+                tracing::error!(
+                    "Range matcher unavailable (unable to import seco.range, module most likely not installed)"
+                );
+                Err(Raised)
+            }
+            _ => Err(Raised),
+        };
+        match result {
+            Ok(part) => {
+                let mut minions = part.minions;
+                minions.sort_by(|a, b| a.to_lowercase().cmp(&b.to_lowercase()).then(a.cmp(b)));
+                minions.dedup();
+                CheckResult {
+                    minions,
+                    missing: part.missing,
+                }
+            }
+            Err(Raised) => {
+                tracing::error!(
+                    "Failed matching available minions with {} pattern: {}",
+                    tgt_type,
+                    pyvalue::to_str(expr)
+                );
+                CheckResult::default()
+            }
+        }
+    }
+
+    /// `_check_glob_minions` via `Key.glob_match`: the pattern is comma-split.
+    fn glob(&self, expr: &Value) -> Result<Vec<&'a str>, Raised> {
+        let patterns: Vec<&str> = match expr {
+            Value::Array(items) => {
+                let mut patterns = Vec::with_capacity(items.len());
+                for item in items {
+                    patterns.push(pyvalue::text(item).ok_or(Raised)?);
+                }
+                patterns
+            }
+            other => {
+                let s = pyvalue::text(other).ok_or(Raised)?;
+                if s.contains(',') {
+                    s.split(',').collect()
+                } else {
+                    vec![s]
+                }
+            }
+        };
+        let globs: Vec<fnmatch::Pattern> = patterns.iter().map(|p| fnmatch::Pattern::new(p)).collect();
+        Ok(self
+            .accepted
+            .iter()
+            .filter(|id| globs.iter().any(|g| g.matches(id)))
+            .map(String::as_str)
+            .collect())
+    }
+
+    /// `_check_pcre_minions`: `re.match` over accepted ids.
+    fn pcre(&self, expr: &Value) -> Result<Vec<&'a str>, Raised> {
+        let pattern = pyvalue::text(expr).ok_or(Raised)?;
+        let regex = self.regexes.get(pattern, Anchor::Match).map_err(|err| {
+            tracing::error!("{}", err);
+            Raised
+        })?;
+        let mut out = Vec::new();
+        for id in self.accepted {
+            match regex.is_match(id) {
+                Ok(true) => out.push(id.as_str()),
+                Ok(false) => {}
+                Err(err) => {
+                    tracing::error!("{}", err);
+                    return Err(Raised);
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// `_check_list_minions`: a string is split on commas (empty items dropped, no
+    /// stripping); listed ids without an accepted key are `missing`.
+    fn list(&self, expr: &Value, ignore_missing: bool) -> Result<Part<'a>, Raised> {
+        // Each listed name, and whether it is a `str` (only strings can be accepted ids).
+        let names: Vec<(Cow<'_, str>, bool)> = match expr {
+            Value::Array(items) => items
+                .iter()
+                .map(|v| (pyvalue::to_str(v), pyvalue::text(v).is_some()))
+                .collect(),
+            Value::Map(entries) => pyvalue::dict_entries(entries)
+                .map(|(k, _)| (pyvalue::to_str(k), pyvalue::text(k).is_some()))
+                .collect(),
+            other => pyvalue::text(other)
+                .ok_or(Raised)?
+                .split(',')
+                .filter(|n| !n.is_empty())
+                .map(|n| (Cow::Borrowed(n), true))
+                .collect(),
+        };
+        let mut part = Part::default();
+        for (name, is_text) in names {
+            match self.accepted.get(name.as_ref()).filter(|_| is_text) {
+                Some(id) => part.minions.push(id.as_str()),
+                None if !ignore_missing => part.missing.push(name.into_owned()),
+                None => {}
+            }
+        }
+        Ok(part)
+    }
+
+    /// The candidates of a cache-based engine: every accepted id when greedy, else the
+    /// accepted ids the grains cache lists; `None` when there are none to consider.
+    fn candidates(&self, greedy: bool) -> Option<Box<dyn Iterator<Item = &'a str> + 'a>> {
+        let accepted = self.accepted.iter().map(String::as_str);
+        if greedy {
+            Some(Box::new(accepted))
+        } else if self.minion_data_cache {
+            let cache = self.cache;
+            Some(Box::new(accepted.filter(move |id| cache.has_grains(id))))
+        } else {
+            None
+        }
+    }
+
+    /// `_check_cache_minions`: grain and pillar targets.
+    fn cache_match(
+        &self,
+        expr: &Value,
+        delimiter: &str,
+        greedy: bool,
+        bank: Bank,
+        mode: MatchMode,
+    ) -> Result<Part<'a>, Raised> {
+        let Some(candidates) = self.candidates(greedy) else {
+            return Ok(Part::default());
+        };
+        if !self.minion_data_cache {
+            return Ok(Part::of(candidates.collect()));
+        }
+        let mut matcher: Option<SubdictMatcher<'_>> = None;
+        let mut out = Vec::new();
+        for id in candidates {
+            if !self.cache.has_grains(id) {
+                continue;
+            }
+            let Some(data) = self.cache.fetch(bank, id) else {
+                continue;
+            };
+            let matcher = match &matcher {
+                Some(m) => m,
+                None => {
+                    // Python fails here, on the first minion it evaluates.
+                    let text = pyvalue::text(expr).ok_or(Raised)?;
+                    if delimiter.is_empty() {
+                        return Err(Raised);
+                    }
+                    matcher.insert(SubdictMatcher::new(text, delimiter, mode, self.regexes))
+                }
+            };
+            if matcher.matches(&data) {
+                out.push(id);
+            }
+        }
+        Ok(Part::of(out))
+    }
+
+    /// `_check_ipcidr_minions`: minions without cached grains are kept (when greedy).
+    fn ipcidr(&self, expr: &Value, greedy: bool) -> Result<Vec<&'a str>, Raised> {
+        let Some(candidates) = self.candidates(greedy) else {
+            return Ok(Vec::new());
+        };
+        if !self.minion_data_cache {
+            return Ok(candidates.collect());
+        }
+        let Some(target) = IpTarget::parse(expr) else {
+            tracing::error!("Invalid IP/CIDR target: {}", pyvalue::to_str(expr));
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        for id in candidates {
+            if !self.cache.has_grains(id) {
+                out.push(id);
+                continue;
+            }
+            let keep = match self.cache.fetch(Bank::Grains, id) {
+                None => greedy,
+                Some(grains) => target.matches_grains(&grains).map_err(|_| Raised)?,
+            };
+            if keep {
+                out.push(id);
+            }
+        }
+        Ok(out)
+    }
+
+    /// `_check_nodegroup_minions`.
+    fn nodegroup(&self, expr: &Value, greedy: bool) -> Result<Part<'a>, Raised> {
+        let name = pyvalue::to_str(expr);
+        let empty = Value::Map(Vec::new());
+        let words = nodegroup_comp(&name, self.nodegroups.unwrap_or(&empty));
+        let words: Vec<Value> = words.into_iter().map(Value::from).collect();
+        self.compound(&Value::Array(words), greedy, false)
+    }
+
+    /// `_check_compound_minions`: each engine is evaluated on its own, then the words
+    /// become set algebra over the accepted ids.
+    fn compound(&self, expr: &Value, greedy: bool, pillar_exact: bool) -> Result<Part<'a>, Raised> {
+        if !self.minion_data_cache {
+            // Salt returns `list(minions)` with `minions=None`: a TypeError.
+            return Err(Raised);
+        }
+        let mut words: Vec<String> = match expr {
+            Value::Array(items) => {
+                let mut words = Vec::with_capacity(items.len());
+                for item in items {
+                    words.push(pyvalue::text(item).ok_or(Raised)?.to_owned());
+                }
+                words
+            }
+            other => match pyvalue::text(other) {
+                Some(s) => s.split_whitespace().map(str::to_owned).collect(),
+                None => {
+                    tracing::error!("Compound target that is neither string, list nor tuple");
+                    return Ok(Part::default());
+                }
+            },
+        };
+        words.reverse();
+        let shown = pyvalue::to_str(expr);
+        let empty = Value::Map(Vec::new());
+        let nodegroups = self.nodegroups.unwrap_or(&empty);
+
+        let mut results: Vec<SetTok<'a>> = Vec::new();
+        // Open parentheses: `(` for a group, `-` for a pending `not`.
+        let mut unmatched: Vec<char> = Vec::new();
+        let mut missing: Vec<String> = Vec::new();
+        while let Some(word) = words.pop() {
+            if let Some(op) = ["and", "or", "not", "(", ")"].iter().find(|o| **o == word) {
+                if results.is_empty() {
+                    match *op {
+                        "not" => {
+                            results.extend([SetTok::Open, SetTok::All, SetTok::Minus]);
+                            unmatched.push('-');
+                        }
+                        "(" => {
+                            results.push(SetTok::Open);
+                            unmatched.push('(');
+                        }
+                        _ => {
+                            tracing::error!("Expression may begin with binary operator: {}", word);
+                            return Ok(Part::default());
+                        }
+                    }
+                    continue;
+                }
+                if results.last() == Some(&SetTok::Open) && matches!(*op, "and" | "or") {
+                    tracing::error!("Invalid beginning operator after \"(\": {}", word);
+                    return Ok(Part::default());
+                }
+                match *op {
+                    "not" => {
+                        if !matches!(results.last(), Some(SetTok::And | SetTok::Or | SetTok::Open)) {
+                            results.push(SetTok::And);
+                        }
+                        results.extend([SetTok::Open, SetTok::All, SetTok::Minus]);
+                        unmatched.push('-');
+                    }
+                    "and" => results.push(SetTok::And),
+                    "or" => results.push(SetTok::Or),
+                    "(" => {
+                        results.push(SetTok::Open);
+                        unmatched.push('(');
+                    }
+                    _ => {
+                        if unmatched.last() != Some(&'(') {
+                            tracing::error!(
+                                "Invalid compound expr (unexpected right parenthesis): {}",
+                                shown
+                            );
+                            return Ok(Part::default());
+                        }
+                        results.push(SetTok::Close);
+                        unmatched.pop();
+                        if unmatched.last() == Some(&'-') {
+                            results.push(SetTok::Close);
+                            unmatched.pop();
+                        }
+                    }
+                }
+                continue;
+            }
+
+            let target = compound::parse_target(&word);
+            let part = match target.engine {
+                None => Part::of(self.glob(&Value::from(word.as_str()))?),
+                Some('N') => {
+                    let expanded = nodegroup_comp(target.pattern, nodegroups);
+                    words.extend(expanded.into_iter().rev());
+                    continue;
+                }
+                Some(letter) => {
+                    let mut buf = [0u8; 4];
+                    let delimiter = match target.delimiter {
+                        Some(d) => &*d.encode_utf8(&mut buf),
+                        None => crate::DEFAULT_DELIMITER,
+                    };
+                    let pattern = Value::from(target.pattern);
+                    let exact = |mode| if pillar_exact { MatchMode::Exact } else { mode };
+                    match letter {
+                        'G' => self.cache_match(&pattern, delimiter, greedy, Bank::Grains, MatchMode::Glob)?,
+                        'P' => self.cache_match(&pattern, delimiter, greedy, Bank::Grains, MatchMode::Regex)?,
+                        'I' => self.cache_match(&pattern, delimiter, greedy, Bank::Pillar, exact(MatchMode::Glob))?,
+                        'J' => {
+                            self.cache_match(&pattern, delimiter, greedy, Bank::Pillar, exact(MatchMode::Regex))?
+                        }
+                        'L' => self.list(&pattern, results.last() == Some(&SetTok::Minus))?,
+                        'S' => Part::of(self.ipcidr(&pattern, greedy)?),
+                        'E' => Part::of(self.pcre(&pattern)?),
+                        'M' => Part::of(self.glob(&pattern)?),
+                        // `_all_minions` is called with one argument too many: TypeError.
+                        'R' => return Err(Raised),
+                        'T' => {
+                            tracing::warn!(
+                                "T@{}: resource targeting is not supported; no resource ids are expected",
+                                target.pattern
+                            );
+                            Part::default()
+                        }
+                        _ => {
+                            tracing::error!(
+                                "Unrecognized target engine \"{}\" for target expression \"{}\"",
+                                letter,
+                                word
+                            );
+                            return Ok(Part::default());
+                        }
+                    }
+                }
+            };
+            results.push(SetTok::Set(part.minions.into_iter().collect()));
+            missing.extend(part.missing);
+            if unmatched.last() == Some(&'-') {
+                results.push(SetTok::Close);
+                unmatched.pop();
+            }
+        }
+        results.extend(unmatched.iter().map(|_| SetTok::Close));
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            let rendered: Vec<String> = results.iter().map(SetTok::text).collect();
+            tracing::debug!("Evaluating final compound matching expr: {}", rendered.join(" "));
+        }
+
+        let accepted = self.accepted;
+        let all = move || accepted.iter().map(String::as_str).collect::<BTreeSet<&'a str>>();
+        match compound::eval_sets(&results, &all) {
+            Some(minions) => Ok(Part {
+                minions: minions.into_iter().collect(),
+                missing,
+            }),
+            None => {
+                tracing::error!("Invalid compound target: {}", shown);
+                Ok(Part::default())
+            }
+        }
+    }
+}
