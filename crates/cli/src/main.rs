@@ -90,8 +90,8 @@ struct Cli {
     /// Console log level.
     #[arg(short = 'l', long = "log-level", default_value = "warning")]
     log_level: String,
-    /// Target, function and arguments.
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    /// Target, function and arguments (options may come between them, as with `salt`).
+    #[arg(num_args = 0..)]
     rest: Vec<String>,
 }
 

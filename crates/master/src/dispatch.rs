@@ -107,7 +107,7 @@ impl Master {
         let version = match &request {
             Request::Clear { version, .. } | Request::Aes { version, .. } => *version,
         };
-        if version < self.cfg.minimum_auth_version {
+        if version < i64::from(self.cfg.minimum_auth_version) {
             tracing::warn!(version, minimum = self.cfg.minimum_auth_version, "Request with a protocol version below minimum_auth_version refused");
             return bad_load();
         }
@@ -219,7 +219,11 @@ impl Master {
         let persisted = match decision.store() {
             Store::Nothing => Ok(()),
             Store::Key(state) => self.keys.store().put(id, state, &req.pub_pem).map_err(|e| e.to_string()),
-            Store::AddDenied => self.keys.store().add_denied(id, &req.pub_pem).map_err(|e| e.to_string()),
+            Store::MoveStored(state) => match &stored {
+                Some((_, pem)) => self.keys.store().put(id, state, pem).map_err(|e| e.to_string()),
+                None => Ok(()),
+            },
+            Store::AddDenied => self.keys.store().add_denied(id, &req.pub_pem).map(drop).map_err(|e| e.to_string()),
         };
         if let Err(e) = persisted {
             tracing::error!("Could not store the key of {id}: {e}");

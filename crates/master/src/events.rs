@@ -11,6 +11,8 @@ pub trait EventSink: Send + Sync {
 
 impl EventSink for halite_bus::BusHandle {
     fn fire(&self, tag: &str, data: Value) {
-        halite_bus::BusHandle::fire(self, tag, data);
+        if let Err(e) = halite_bus::BusHandle::fire(self, tag, data) {
+            tracing::warn!(tag, error = %e, "Event not fired");
+        }
     }
 }

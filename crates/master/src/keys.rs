@@ -12,7 +12,7 @@ use halite_keystore::KeyStore;
 use halite_proto::auth::KeyState;
 use halite_proto::pem::clean_key;
 use halite_proto::rsa::PublicKey;
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::SystemTime;
 
@@ -63,7 +63,7 @@ pub enum KeyChange {
 pub struct KeyIndex {
     store: KeyStore,
     accepted: RwLock<HashMap<String, Arc<AcceptedKey>>>,
-    ids: RwLock<Arc<Vec<String>>>,
+    ids: RwLock<Arc<BTreeSet<String>>>,
     mtimes: Mutex<Vec<Option<SystemTime>>>,
 }
 
@@ -75,7 +75,7 @@ impl KeyIndex {
         let idx = Self {
             store,
             accepted: RwLock::new(HashMap::new()),
-            ids: RwLock::new(Arc::new(Vec::new())),
+            ids: RwLock::new(Arc::new(BTreeSet::new())),
             mtimes: Mutex::new(vec![None; WATCHED.len()]),
         };
         idx.refresh();
@@ -108,16 +108,14 @@ impl KeyIndex {
         if is_new {
             let mut ids = self.ids.write().unwrap_or_else(|e| e.into_inner());
             let mut v = (**ids).clone();
-            if let Err(pos) = v.binary_search_by(|x| x.as_str().cmp(id)) {
-                v.insert(pos, id.to_owned());
-            }
+            v.insert(id.to_owned());
             *ids = Arc::new(v);
         }
         Some(key)
     }
 
-    /// The sorted ids of accepted minions.
-    pub fn accepted_ids(&self) -> Arc<Vec<String>> {
+    /// The ids of accepted minions.
+    pub fn accepted_ids(&self) -> Arc<BTreeSet<String>> {
         self.ids.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
@@ -126,7 +124,7 @@ impl KeyIndex {
     pub fn refresh(&self) -> Vec<KeyChange> {
         let now: Vec<Option<SystemTime>> = WATCHED
             .iter()
-            .map(|s| std::fs::metadata(self.store.dir(*s)).and_then(|m| m.modified()).ok())
+            .map(|s| std::fs::metadata(self.store.pki_dir().join(s.dir_name())).and_then(|m| m.modified()).ok())
             .collect();
         {
             let mut last = self.mtimes.lock().unwrap_or_else(|e| e.into_inner());
@@ -160,9 +158,8 @@ impl KeyIndex {
                 }
             }
         }
-        let mut ids: Vec<String> = map.keys().cloned().collect();
+        let ids: BTreeSet<String> = map.keys().cloned().collect();
         drop(map);
-        ids.sort();
         *self.ids.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(ids);
         changes
     }

@@ -86,7 +86,7 @@ pub struct Master {
     jids: Mutex<JidGenerator>,
     grains: RwLock<HashMap<String, Value>>,
     client_keys: Vec<(String, String)>,
-    regex: halite_target::pyre::RegexCache,
+    regex: halite_target::RegexCache,
 }
 
 impl Master {
@@ -94,12 +94,21 @@ impl Master {
         self.jids.lock().unwrap_or_else(|e| e.into_inner()).next(chrono::Utc::now())
     }
 
-    /// The minions a publish is expected to reach, and listed ids that have no key.
+    /// The minions a publish is expected to reach, and listed ids that have no key
+    /// (`CkMinions.check_minions` over the accepted keys and the grains cache).
     fn expected_minions(&self, tgt: &Value, tgt_type: &str, delimiter: &str) -> (Vec<String>, Vec<String>) {
         let ids = self.keys.accepted_ids();
         let grains = self.grains.read().unwrap_or_else(|e| e.into_inner());
-        let data = |id: &str| grains.get(id).cloned();
-        halite_target::check_minions(tgt, tgt_type, delimiter, &ids, &data, &self.regex)
+        let cache = GrainsCache(&grains);
+        let ck = halite_target::CkMinions {
+            accepted: &ids,
+            cache: &cache,
+            regexes: &self.regex,
+            minion_data_cache: self.cfg.minion_data_cache,
+            nodegroups: self.cfg.get("nodegroups"),
+        };
+        let r = ck.check_minions(tgt, tgt_type, delimiter, true);
+        (r.minions.into_iter().map(str::to_owned).collect(), r.missing)
     }
 
     /// Applies key-directory changes: drops session keys of removed minions, rotates the
@@ -130,7 +139,23 @@ impl Master {
     }
 }
 
-fn io_err(what: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
+/// The grains minions sent with their pillar requests, seen by the targeting code.
+struct GrainsCache<'a>(&'a HashMap<String, Value>);
+
+impl halite_target::MinionDataCache for GrainsCache<'_> {
+    fn has_grains(&self, id: &str) -> bool {
+        self.0.contains_key(id)
+    }
+
+    fn fetch(&self, bank: halite_target::Bank, id: &str) -> Option<std::borrow::Cow<'_, Value>> {
+        match bank {
+            halite_target::Bank::Grains => self.0.get(id).map(std::borrow::Cow::Borrowed),
+            halite_target::Bank::Pillar => Some(std::borrow::Cow::Owned(Value::Map(vec![]))),
+        }
+    }
+}
+
+fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> Error + 'a {
     move |source| Error::Io { what, path: path.to_owned(), source }
 }
 
@@ -187,8 +212,9 @@ pub async fn run(cfg: MasterConfig, shutdown: CancellationToken) -> Result<(), E
     let (key, pub_clean) =
         store.load_or_create_master_keys(&master_id, cfg.keysize).map_err(|e| Error::Keys(e.to_string()))?;
 
-    let bus_sockets = halite_bus::BusSockets::master(&cfg.sock_dir);
-    let (bus, bus_task) = halite_bus::BusServer::bind(bus_sockets, cfg.max_event_size, shutdown.child_token()).await?;
+    let bus_server = halite_bus::BusServer::bind(&halite_bus::BusSockets::master(&cfg.sock_dir), cfg.max_event_size as usize).await?;
+    let bus = bus_server.handle();
+    let bus_task = tokio::spawn(bus_server.run(shutdown.child_token()));
 
     // `salt` (LocalClient) refuses to publish unless this path exists; Halite takes
     // publishes on the request port, so the path is a marker, like Salt's `workers.ipc`.
@@ -203,7 +229,7 @@ pub async fn run(cfg: MasterConfig, shutdown: CancellationToken) -> Result<(), E
     let (transport, incoming) = ZmqServer::bind(&zcfg)?;
     let transport = Arc::new(transport);
     let signer = cfg.sign_pub_messages.then(|| {
-        let algo = SigAlgo::parse(&cfg.publish_signing_algorithm).unwrap_or(SigAlgo::Pkcs1v15Sha1);
+        let algo = SigAlgo::parse(cfg.publish_signing_algorithm.as_str()).unwrap_or(SigAlgo::Pkcs1v15Sha1);
         (key.clone(), algo)
     });
     let publisher = Publisher::new(transport.clone() as Arc<dyn ServerTransport>, signer);
@@ -220,7 +246,7 @@ pub async fn run(cfg: MasterConfig, shutdown: CancellationToken) -> Result<(), E
         jobs,
         jids: Mutex::new(JidGenerator::default()),
         grains: RwLock::new(HashMap::new()),
-        regex: halite_target::pyre::RegexCache::new(256),
+        regex: halite_target::RegexCache::new(256),
         cfg,
     });
 

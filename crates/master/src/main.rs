@@ -45,10 +45,16 @@ fn main() -> ExitCode {
             return ExitCode::from(78);
         }
     };
-    let console = level(args.log_level.as_deref().unwrap_or(&cfg.log_level));
-    let file_level = level(args.log_file_level.as_deref().or(cfg.log_level_logfile.as_deref()).unwrap_or(&cfg.log_level));
-    let file = cfg.log_file.parent().map(std::fs::create_dir_all);
-    let file = file.and_then(|_| std::fs::OpenOptions::new().create(true).append(true).open(&cfg.log_file).ok());
+    let console = level(args.log_level.as_deref().unwrap_or(cfg.log_level.as_str()));
+    let file_level = level(
+        args.log_file_level
+            .as_deref()
+            .or(cfg.log_level_logfile.map(|l| l.as_str()))
+            .unwrap_or(cfg.log_level.as_str()),
+    );
+    let log_file = std::path::Path::new(&cfg.log_file);
+    let file = log_file.parent().map(std::fs::create_dir_all);
+    let file = file.and_then(|_| std::fs::OpenOptions::new().create(true).append(true).open(log_file).ok());
     let file_layer = file.map(|f| {
         tracing_subscriber::fmt::layer()
             .with_writer(std::sync::Mutex::new(f))

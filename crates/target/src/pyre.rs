@@ -231,7 +231,7 @@ pub fn translate(pattern: &str) -> Result<String, Error> {
         forward_refs: Vec::new(),
         depth: 0,
     };
-    let body = parser.parse_sub(Flags::default(), 0)?;
+    let (body, _) = parser.parse_sub(Flags::default(), 0)?;
     if parser.tok.next.is_some() {
         return Err(parser.error("unbalanced parenthesis"));
     }
@@ -398,6 +398,37 @@ enum Kind {
 struct Item {
     text: String,
     kind: Kind,
+    /// Whether the item can only ever match the empty string (assertions, look-arounds,
+    /// groups of those). The engine refuses to quantify some of these, so quantifiers on
+    /// them are rewritten.
+    zero_width: bool,
+}
+
+impl Item {
+    fn other(text: String) -> Self {
+        Self {
+            text,
+            kind: Kind::Other,
+            zero_width: false,
+        }
+    }
+
+    fn at(text: &str) -> Self {
+        Self {
+            text: text.to_owned(),
+            kind: Kind::At,
+            zero_width: true,
+        }
+    }
+
+    /// A look-around or a group that matches only the empty string.
+    fn empty_width(text: String) -> Self {
+        Self {
+            text,
+            kind: Kind::Other,
+            zero_width: true,
+        }
+    }
 }
 
 struct Parser<'p> {
@@ -439,23 +470,26 @@ impl Parser<'_> {
     }
 
     /// `_parse_sub`: an alternation `a|b|c`.
-    fn parse_sub(&mut self, flags: Flags, nested: usize) -> Result<String, Error> {
+    /// Returns the translation and whether it can only match the empty string.
+    fn parse_sub(&mut self, flags: Flags, nested: usize) -> Result<(String, bool), Error> {
         self.depth += 1;
         if self.depth > MAX_NESTING {
             return Err(self.error("pattern too deeply nested"));
         }
         let mut branches: Vec<String> = Vec::new();
+        let mut zero_width = true;
         loop {
             let first = nested == 0 && branches.is_empty();
             let branch_flags = if nested == 0 { self.global } else { flags };
             let items = self.parse_seq(branch_flags, nested + 1, first)?;
+            zero_width &= items.iter().all(|i| i.zero_width);
             branches.push(items.into_iter().map(|i| i.text).collect());
             if !self.tok.eat('|') {
                 break;
             }
         }
         self.depth -= 1;
-        Ok(branches.join("|"))
+        Ok((branches.join("|"), zero_width))
     }
 
     /// `_parse`: a sequence of items up to `|`, `)` or the end.
@@ -527,20 +561,26 @@ impl Parser<'_> {
                         Kind::Repeat => return Err(self.error("multiple repeat")),
                         Kind::Other => {}
                     }
-                    let mut quant = match (min, max) {
-                        (0, None) => "*".to_owned(),
-                        (1, None) => "+".to_owned(),
-                        (0, Some(1)) => "?".to_owned(),
-                        (m, None) => format!("{{{m},}}"),
-                        (m, Some(n)) if m == n => format!("{{{m}}}"),
-                        (m, Some(n)) => format!("{{{m},{n}}}"),
+                    let lazy = self.tok.eat('?');
+                    let possessive = !lazy && self.tok.eat('+');
+                    last.text = if last.zero_width {
+                        quantify_empty_width(&last.text, min, max, lazy, possessive)
+                    } else {
+                        let mut quant = match (min, max) {
+                            (0, None) => "*".to_owned(),
+                            (1, None) => "+".to_owned(),
+                            (0, Some(1)) => "?".to_owned(),
+                            (m, None) => format!("{{{m},}}"),
+                            (m, Some(n)) if m == n => format!("{{{m}}}"),
+                            (m, Some(n)) => format!("{{{m},{n}}}"),
+                        };
+                        if lazy {
+                            quant.push('?');
+                        } else if possessive {
+                            quant.push('+');
+                        }
+                        format!("{}{quant}", last.text)
                     };
-                    if self.tok.eat('?') {
-                        quant.push('?');
-                    } else if self.tok.eat('+') {
-                        quant.push('+');
-                    }
-                    last.text.push_str(&quant);
                     last.kind = Kind::Repeat;
                 }
                 Tok::Char('.') => items.push(Item {
