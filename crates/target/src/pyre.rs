@@ -529,10 +529,7 @@ impl Parser<'_> {
             }
             match this {
                 Tok::Escape(e) => items.push(self.escape(e, flags)?),
-                Tok::Char('[') => items.push(Item {
-                    text: self.class(flags)?,
-                    kind: Kind::Other,
-                }),
+                Tok::Char('[') => items.push(Item::other(self.class(flags)?)),
                 Tok::Char(c @ ('*' | '+' | '?' | '{')) => {
                     let (min, max) = match c {
                         '?' => (0, Some(1)),
@@ -583,23 +580,15 @@ impl Parser<'_> {
                     };
                     last.kind = Kind::Repeat;
                 }
-                Tok::Char('.') => items.push(Item {
-                    text: if flags.dotall { "(?s:.)" } else { "." }.to_owned(),
-                    kind: Kind::Other,
-                }),
-                Tok::Char('^') => items.push(Item {
-                    text: if flags.multiline { "(?m:^)" } else { "^" }.to_owned(),
-                    kind: Kind::At,
-                }),
-                Tok::Char('$') => items.push(Item {
-                    text: if flags.multiline {
-                        "(?m:$)"
-                    } else {
-                        r"(?=\n?\z)"
-                    }
-                    .to_owned(),
-                    kind: Kind::At,
-                }),
+                Tok::Char('.') => items.push(Item::other(
+                    if flags.dotall { "(?s:.)" } else { "." }.to_owned(),
+                )),
+                Tok::Char('^') => items.push(Item::at(if flags.multiline { "(?m:^)" } else { "^" })),
+                Tok::Char('$') => items.push(Item::at(if flags.multiline {
+                    "(?m:$)"
+                } else {
+                    r"(?=\n?\z)"
+                })),
                 Tok::Char('(') => {
                     if let Some(item) = self.group(&mut flags, nested, first && items.is_empty())? {
                         items.push(item);
@@ -644,21 +633,16 @@ impl Parser<'_> {
 
     /// `_escape`: a backslash escape outside a class.
     fn escape(&mut self, e: char, flags: Flags) -> Result<Item, Error> {
-        let at = |text: &str| Item {
-            text: text.to_owned(),
-            kind: Kind::At,
-        };
-        let other = |text: String| Item {
-            text,
-            kind: Kind::Other,
-        };
+        let at = Item::at;
+        let other = Item::other;
         Ok(match e {
             'A' => at(r"\A"),
             'Z' => at(r"\z"),
             'b' if flags.ascii => at(ASCII_BOUNDARY),
             'B' if flags.ascii => at(ASCII_NON_BOUNDARY),
             'b' => at(r"\b"),
-            'B' => at(r"\B"),
+            // Python's `\B` never matches in an empty string.
+            'B' => at(r"(?:\B(?!\A\z))"),
             'd' | 'D' | 's' | 'S' | 'w' | 'W' => other(category(e, flags.ascii, false)),
             '1'..='9' => {
                 let mut digits = e.to_string();
@@ -705,7 +689,13 @@ impl Parser<'_> {
             'x' => self.hex_escape('x', 2),
             'u' => self.hex_escape('u', 4),
             'U' => self.hex_escape('U', 8),
-            'N' => Err(self.unsupported(r"\N{...} named character escapes")),
+            'N' => {
+                if !self.tok.eat('{') {
+                    return Err(self.error("missing {"));
+                }
+                self.get_until('}', "character name")?;
+                Err(self.unsupported(r"\N{...} named character escapes"))
+            }
             c if c.is_ascii_alphanumeric() => Err(self.error(format!("bad escape \\{c}"))),
             c => Ok(c),
         }
@@ -844,10 +834,7 @@ impl Parser<'_> {
                         if !self.closed.get(gid).copied().unwrap_or(false) {
                             return Err(self.error("cannot refer to an open group"));
                         }
-                        return Ok(Some(Item {
-                            text: format!(r"(?:\{gid})"),
-                            kind: Kind::Other,
-                        }));
+                        return Ok(Some(Item::other(format!(r"(?:\{gid})"))));
                     } else {
                         return match self.tok.get() {
                             None => Err(self.end_of_pattern()),
@@ -888,7 +875,7 @@ impl Parser<'_> {
                             }
                         }
                     }
-                    let body = self.parse_sub(*flags, nested + 1)?;
+                    let (body, _) = self.parse_sub(*flags, nested + 1)?;
                     if !self.tok.eat(')') {
                         return Err(self.error("missing ), unterminated subpattern"));
                     }
@@ -898,10 +885,7 @@ impl Parser<'_> {
                         (true, '=') => "(?<=",
                         (true, _) => "(?<!",
                     };
-                    return Ok(Some(Item {
-                        text: format!("{open}{body})"),
-                        kind: Kind::Other,
-                    }));
+                    return Ok(Some(Item::empty_width(format!("{open}{body})"))));
                 }
                 '(' => return self.conditional(*flags, nested).map(Some),
                 '>' => {
@@ -952,7 +936,7 @@ impl Parser<'_> {
         } else {
             None
         };
-        let body = self.parse_sub(inner_flags, nested + 1)?;
+        let (body, zero_width) = self.parse_sub(inner_flags, nested + 1)?;
         if !self.tok.eat(')') {
             return Err(self.error("missing ), unterminated subpattern"));
         }
@@ -977,6 +961,7 @@ impl Parser<'_> {
         Ok(Some(Item {
             text,
             kind: Kind::Other,
+            zero_width,
         }))
     }
 
@@ -1032,10 +1017,7 @@ impl Parser<'_> {
             Some(no) => format!("(?({group})(?:{yes})|(?:{no}))"),
             None => format!("(?({group})(?:{yes}))"),
         };
-        Ok(Item {
-            text,
-            kind: Kind::Other,
-        })
+        Ok(Item::other(text))
     }
 
     /// `_parse_flags`, with the first flag character already read.
@@ -1185,7 +1167,7 @@ impl ClassMember {
 const ASCII_BOUNDARY: &str =
     r"(?:(?<=[0-9A-Za-z_])(?![0-9A-Za-z_])|(?<![0-9A-Za-z_])(?=[0-9A-Za-z_]))";
 const ASCII_NON_BOUNDARY: &str =
-    r"(?:(?<=[0-9A-Za-z_])(?=[0-9A-Za-z_])|(?<![0-9A-Za-z_])(?![0-9A-Za-z_]))";
+    r"(?:(?!\A\z)(?:(?<=[0-9A-Za-z_])(?=[0-9A-Za-z_])|(?<![0-9A-Za-z_])(?![0-9A-Za-z_])))";
 
 /// The class that Python's `\d \D \s \S \w \W` stand for; `in_class` renders it as a
 /// member of an enclosing class.
@@ -1214,9 +1196,24 @@ fn category(e: char, ascii: bool, in_class: bool) -> String {
 }
 
 fn literal_item(c: char) -> Item {
-    Item {
-        text: literal(c),
-        kind: Kind::Other,
+    Item::other(literal(c))
+}
+
+/// A quantifier on an item that only matches the empty string, which the engine refuses
+/// to quantify: with a minimum of one or more it is the item itself, with a minimum of zero
+/// it is "the item, or nothing" in the quantifier's preference order, and with a maximum
+/// of zero it never runs (the item stays in place so group numbers do not shift).
+fn quantify_empty_width(text: &str, min: u64, max: Option<u64>, lazy: bool, possessive: bool) -> String {
+    if max == Some(0) {
+        format!("(?:(?!){text}|)")
+    } else if min > 0 {
+        text.to_owned()
+    } else if lazy {
+        format!("(?:|{text})")
+    } else if possessive {
+        format!("(?>{text}|)")
+    } else {
+        format!("(?:{text}|)")
     }
 }
 
@@ -1224,7 +1221,8 @@ fn literal_item(c: char) -> Item {
 fn literal(c: char) -> String {
     if c.is_ascii_alphanumeric() || c == '_' || (!c.is_ascii() && !c.is_control()) {
         c.to_string()
-    } else if c.is_ascii_graphic() {
+    } else if c.is_ascii_graphic() && c != '<' && c != '>' {
+        // (`\<` and `\>` are word boundaries to the engine.)
         format!("\\{c}")
     } else {
         format!("\\x{{{:x}}}", u32::from(c))
@@ -1282,4 +1280,357 @@ pub(crate) fn parse_python_int(s: &str) -> Option<i128> {
             .checked_add(i128::from(c as u8 - b'0'))?;
     }
     Some(if negative { -value } else { value })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `(pattern, text, outcome)`: outcome letters are Python's `re.match`, `re.fullmatch`
+    /// and `re.search` results (`T`rue, `F`alse, `E`rror), captured from CPython 3.11.7.
+    const RE_CASES: &[(&str, &str, &str)] = &[
+        ("web\\d+", "web12", "TTT"),
+        ("web\\d+$", "web12\n", "TFT"),
+        ("web\\d+$", "web12\n\n", "FFF"),
+        ("a$", "a\n", "TFT"),
+        ("a\\Z", "a\n", "FFF"),
+        ("a\\Z", "a", "TTT"),
+        ("(?i)WEB", "web1", "TFT"),
+        ("(?i)web", "Web3", "TFT"),
+        ("a{", "a{", "TTT"),
+        ("a{1", "a{1", "TTT"),
+        ("a{,2}", "aa", "TTT"),
+        ("a{2,}", "aaa", "TTT"),
+        ("{1}", "x", "EEE"),
+        ("x{}", "x{}", "TTT"),
+        ("a{3,2}", "aaa", "EEE"),
+        ("(?P<n>a)(?P=n)", "aa", "TTT"),
+        ("(a)\\1", "aa", "TTT"),
+        ("(a)\\10", "a\u{8}", "EEE"),
+        ("\\0", "\u{0}", "TTT"),
+        ("\\07", "\u{7}", "TTT"),
+        ("\\101", "A", "TTT"),
+        ("[\\101-\\103]", "B", "TTT"),
+        ("(a)|b\\2", "b", "EEE"),
+        ("[]a]", "]", "TTT"),
+        ("[^]a]", "b", "TTT"),
+        ("[a-]", "-", "TTT"),
+        ("[-a]", "-", "TTT"),
+        ("[\\d-z]", "-", "EEE"),
+        ("[z-a]", "a", "EEE"),
+        ("[[]", "[", "TTT"),
+        ("[a&&b]", "&", "TTT"),
+        ("[a--b]", "-", "EEE"),
+        ("[a~~b]", "~", "TTT"),
+        ("[\\b]", "\u{8}", "TTT"),
+        ("\\bfoo\\b", "foo bar", "TFT"),
+        ("(?x) a b # comment\\n c", "abc", "TFT"),
+        ("(?x) a b # comment\n c", "abc", "TTT"),
+        ("(?x)[ ]", " ", "TTT"),
+        ("(?x)a\\ b", "a b", "TTT"),
+        ("a(?#comm)b", "ab", "TTT"),
+        ("(?s).", "\n", "TTT"),
+        (".", "\n", "FFF"),
+        ("(?m)^b", "a\nb", "FFT"),
+        ("^b", "a\nb", "FFF"),
+        ("(?m)a$", "a\nb", "TFT"),
+        ("a(?i:B)c", "abc", "TTT"),
+        ("a(?i:B)c", "aBC", "FFF"),
+        ("(?i)a(?-i:B)c", "AbC", "FFF"),
+        ("(?i)a(?-i:B)c", "ABC", "TTT"),
+        ("a(?=b)", "ab", "TFT"),
+        ("(?<=a)b", "ab", "FFT"),
+        ("(?<!a)b", "ab", "FFF"),
+        ("(?!a)b", "b", "TTT"),
+        ("(?>a+)b", "aab", "TTT"),
+        ("a++b", "aab", "TTT"),
+        ("a*?b", "aab", "TTT"),
+        ("(a)?(?(1)b|c)", "ab", "TTT"),
+        ("(a)?(?(1)b|c)", "c", "TTT"),
+        ("(?P<x>a)?(?(x)b|c)", "c", "TTT"),
+        ("\\w+", "\u{e9}t\u{e9}", "TTT"),
+        ("\\w", "\u{b2}", "TTT"),
+        ("\\s", "\u{1c}", "TTT"),
+        ("\\s", "\u{a0}", "TTT"),
+        ("(?a)\\w", "\u{e9}", "FFF"),
+        ("(?a)\\s", "\u{1c}", "FFF"),
+        ("(?a)\\b\u{e9}", "\u{e9}", "FFF"),
+        ("\\x41", "A", "TTT"),
+        ("\\x4", "A", "EEE"),
+        ("\\u00e9", "\u{e9}", "TTT"),
+        ("\\U0001F600", "\u{1f600}", "TTT"),
+        ("\\U00110000", "x", "EEE"),
+        ("\\q", "q", "EEE"),
+        ("\\-", "-", "TTT"),
+        ("\\\u{e9}", "\u{e9}", "TTT"),
+        ("*a", "a", "EEE"),
+        ("a**", "a", "EEE"),
+        ("a*+", "a", "TTT"),
+        ("^*", "", "EEE"),
+        ("(?:)*", "", "TTT"),
+        ("(", "", "EEE"),
+        (")", "", "EEE"),
+        ("a)", "a", "EEE"),
+        ("[a", "a", "EEE"),
+        ("\\", "", "EEE"),
+        ("(?i)", "x", "TFT"),
+        ("a(?i)b", "ab", "EEE"),
+        ("(?i)(?m)a", "A", "TTT"),
+        ("(?L)a", "a", "EEE"),
+        ("(?au)a", "a", "EEE"),
+        ("(?i-i:a)", "a", "EEE"),
+        ("(?-a:a)", "a", "EEE"),
+        ("(?P<1>a)", "a", "EEE"),
+        ("(?P<a>a)(?P<a>b)", "ab", "EEE"),
+        ("(?P=zz)", "", "EEE"),
+        ("(a\\1)", "aa", "EEE"),
+        ("(?(2)a|b)", "b", "EEE"),
+        ("(?(1)a|b|c)", "a", "EEE"),
+        ("os:\\S+", "redhat", "FFF"),
+        ("\\D+", "debian", "TTT"),
+        ("(RedHat|CentOS)", "redhat", "FFF"),
+        ("web[0-9]+", "web10", "TTT"),
+        ("[\\w.-]+", "a.b-c", "TTT"),
+        ("a|", "b", "TFT"),
+        ("|a", "b", "TFT"),
+        ("a{1,2}{3}", "a", "EEE"),
+        ("a{1}?", "a", "TTT"),
+        ("\\$", "$", "TTT"),
+        ("[\\s\\S]", "\n", "TTT"),
+        ("[^\\s]", " ", "FFF"),
+        ("[\\W]", "a", "FFF"),
+        ("ab$", "ab", "TTT"),
+        ("(ab)$", "ab\n", "TFT"),
+        ("a$b", "a\nb", "FFF"),
+        ("a$\\n", "a\n", "TTT"),
+        ("(?m)a$\\n", "a\n", "TTT"),
+        ("\\Aa", "a", "TTT"),
+        ("a\\Z", "a\n", "FFF"),
+        ("[a-\\d]", "a", "EEE"),
+        ("[\\d-a]", "a", "EEE"),
+        ("(?x)a{1, 2}", "a{1,2}", "TTT"),
+        ("a{ 1}", "a{ 1}", "TTT"),
+        ("x*", "", "TTT"),
+        ("(?i)stra\u{df}e", "STRASSE", "FFF"),
+        ("(?i)k", "\u{212a}", "TTT"),
+        ("(a)(b)(c)(d)(e)(f)(g)(h)(i)(j)\\10", "abcdefghijj", "TTT"),
+        ("\\8", "8", "EEE"),
+        ("[\\8]", "8", "EEE"),
+        ("(?P<\u{e9}>a)", "a", "TTT"),
+        ("(?:(?=a))*b", "b", "TTT"),
+        ("(?=a)+a", "a", "TTT"),
+        ("(?=a){0}b", "b", "TTT"),
+        ("(?=a)*?b", "b", "TTT"),
+        ("\\B", "", "FFF"),
+        ("(?a)\\B", "", "FFF"),
+        ("a>b", "a>b", "TTT"),
+        ("[<>]", ">", "TTT"),
+        ("(a|ab)(?=c)", "abc", "TFT"),
+        ("\\N", "N", "EEE"),
+        ("(?x) [ ] ", " ", "TTT"),
+        ("(?x)a # c\\nb", "ab", "TFT"),
+        ("(?i)[a-c]", "B", "TTT"),
+        ("[^\\W\\d]", "_", "TTT"),
+        ("\\d", "\u{663}", "TTT"),
+        ("(?a)\\d", "\u{663}", "FFF"),
+        ("^web\\d+$", "web01", "TTT"),
+        ("^web\\d+$", "web01\n", "TFT"),
+        ("web\\d+\\Z", "web01\n", "FFF"),
+        ("(?m)^db", "web\ndb", "FFT"),
+        ("a.c", "a\nc", "FFF"),
+        ("(?s)a.c", "a\nc", "TTT"),
+        ("(?P<x>a)(?P<y>b)(?P=x)", "aba", "TTT"),
+        ("(?P<x>a)|(?P=x)", "b", "FFF"),
+        ("((a)b)\\2", "aba", "TTT"),
+        ("(a)(?(1)b)", "ab", "TTT"),
+        ("\\x20", " ", "TTT"),
+        ("[\\x20-\\x22]", "!", "TTT"),
+        ("[\\u00e0-\\u00ff]", "\u{e9}", "TTT"),
+        ("a{1,3}?", "aaa", "TTT"),
+        ("a{2}", "a", "FFF"),
+        ("a{,}", "aaa", "TTT"),
+        ("a{1,2}b", "aab", "TTT"),
+        ("\\{", "{", "TTT"),
+        ("}", "}", "TTT"),
+        ("]", "]", "TTT"),
+        ("[]-a]", "^", "TTT"),
+        ("[a-a]", "a", "TTT"),
+        ("[\\w-]", "-", "TTT"),
+        ("[-\\w]", "\u{e9}", "TTT"),
+        ("(?-i:a)", "a", "TTT"),
+        ("(?i)(?-i:a)A", "aA", "TTT"),
+        ("(?ms)^a.$", "b\na\n\n", "FFT"),
+        ("(?u)\u{e9}", "\u{e9}", "TTT"),
+        ("(?a)(?u)x", "x", "EEE"),
+        ("(?P<a>x)(?P<a>y)", "xy", "EEE"),
+        ("(?P", "", "EEE"),
+        ("(?Px)", "", "EEE"),
+        ("(?<x>a)", "a", "EEE"),
+        ("(?", "", "EEE"),
+        ("(?z)", "", "EEE"),
+        ("(?i-:a)", "a", "EEE"),
+        ("(?-i)", "", "EEE"),
+        ("\\u12", "", "EEE"),
+        ("\\x4g", "", "EEE"),
+        ("[\\q]", "q", "EEE"),
+        ("[\\A]", "A", "EEE"),
+        ("\\400", "", "EEE"),
+        ("[\\400]", "", "EEE"),
+        ("\\377", "\u{ff}", "TTT"),
+        ("(?#unterminated", "", "EEE"),
+    ];
+
+    fn outcome(result: Result<bool, Error>) -> char {
+        match result {
+            Ok(true) => 'T',
+            Ok(false) => 'F',
+            Err(Error::InvalidRegex { .. }) => 'E',
+            Err(other) => panic!("unexpected error: {other}"),
+        }
+    }
+
+    #[test]
+    fn match_fullmatch_and_search_agree_with_python() {
+        let cache = RegexCache::new(8);
+        let failures: Vec<String> = RE_CASES
+            .iter()
+            .filter_map(|&(pattern, text, want)| {
+                let got: String = [
+                    outcome(cache.re_match(pattern, text)),
+                    outcome(cache.re_fullmatch(pattern, text)),
+                    outcome(cache.re_search(pattern, text)),
+                ]
+                .iter()
+                .collect();
+                (got != want).then(|| format!("{pattern:?} on {text:?}: got {got}, Python {want}"))
+            })
+            .collect();
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
+
+    macro_rules! translates {
+        ($name:ident, $python:expr, $engine:expr) => {
+            #[test]
+            fn $name() {
+                assert_eq!(translate($python).unwrap(), $engine);
+            }
+        };
+    }
+
+    translates!(backslash_big_z_is_end_of_text, r"a\Z", r"a\z");
+    translates!(dollar_is_end_or_before_final_newline, "a$", r"a(?=\n?\z)");
+    translates!(multiline_dollar_is_engine_multiline_dollar, "(?m)a$", "a(?m:$)");
+    translates!(lone_brace_is_literal, "a{", r"a\{");
+    translates!(named_groups_become_numbered, "(?P<n>a)(?P=n)", r"(a)(?:\1)");
+    translates!(global_ignorecase_is_a_prefix, "(?i)ab", "(?i)ab");
+    translates!(scoped_ignorecase_wraps_the_group, "a(?i:b)", "a(?i:b)");
+    translates!(verbose_whitespace_and_comments_vanish, "(?x) a  b # c\n", "ab");
+    translates!(octal_escape_is_a_code_point, r"\101", "A");
+    translates!(angle_brackets_are_not_word_boundaries, "<a>", r"\x{3c}a\x{3e}");
+    translates!(quantified_lookahead_becomes_optional, "(?=a)*", "(?:(?=a)|)");
+    translates!(python_space_class_includes_separators, r"\s", r"[\s\x{1c}-\x{1f}]");
+    translates!(ascii_flag_uses_ascii_classes, r"(?a)\d", "[0-9]");
+
+    macro_rules! rejects {
+        ($name:ident, $python:expr, $message:expr) => {
+            #[test]
+            fn $name() {
+                match translate($python) {
+                    Err(Error::InvalidRegex { message, .. }) => assert_eq!(message, $message),
+                    other => panic!("expected InvalidRegex, got {other:?}"),
+                }
+            }
+        };
+    }
+
+    rejects!(unclosed_group_is_rejected, "(a", "missing ), unterminated subpattern");
+    rejects!(unbalanced_close_is_rejected, "a)", "unbalanced parenthesis");
+    rejects!(repeat_of_nothing_is_rejected, "*a", "nothing to repeat");
+    rejects!(repeat_of_anchor_is_rejected, "^*", "nothing to repeat");
+    rejects!(double_repeat_is_rejected, "a**", "multiple repeat");
+    rejects!(unknown_letter_escape_is_rejected, r"\q", r"bad escape \q");
+    rejects!(late_global_flags_are_rejected, "a(?i)", "global flags not at the start of the expression");
+    rejects!(reference_to_open_group_is_rejected, r"(a\1)", "cannot refer to an open group");
+    rejects!(reversed_range_is_rejected, "[z-a]", "bad character range z-a");
+    rejects!(locale_flag_is_rejected, "(?L)a", "bad inline flags: cannot use 'L' flag with a str pattern");
+
+    #[test]
+    fn named_unicode_escape_is_unsupported() {
+        assert!(matches!(
+            translate(r"\N{EM DASH}"),
+            Err(Error::UnsupportedRegex { .. })
+        ));
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_instead_of_overflowing_the_stack() {
+        let pattern = format!("{}a{}", "(".repeat(5000), ")".repeat(5000));
+        assert!(matches!(
+            translate(&pattern),
+            Err(Error::InvalidRegex { ref message, .. }) if message == "pattern too deeply nested"
+        ));
+    }
+
+    #[test]
+    fn catastrophic_backtracking_fails_with_backtrack_limit() {
+        let cache = RegexCache::default();
+        let text = "a".repeat(5000);
+        assert!(matches!(
+            cache.re_search(r"(a*)*\1b", &text),
+            Err(Error::BacktrackLimit { .. })
+        ));
+    }
+
+    #[test]
+    fn nested_quantifiers_without_backreferences_run_in_linear_time() {
+        let cache = RegexCache::default();
+        let text = format!("{}c", "a".repeat(100_000));
+        assert_eq!(cache.re_match("(a+)+b", &text), Ok(false));
+        assert_eq!(cache.re_match("^(a|aa)+$", &text), Ok(false));
+    }
+
+    #[test]
+    fn cache_evicts_the_least_recently_used_pattern() {
+        let cache = RegexCache::new(2);
+        cache.re_match("a", "a").unwrap();
+        cache.re_match("b", "b").unwrap();
+        cache.re_match("a", "a").unwrap();
+        cache.re_match("c", "c").unwrap();
+        let inner = cache.inner.lock().unwrap();
+        let mut kept: Vec<&str> = inner.map.keys().map(|(_, p)| p.as_str()).collect();
+        kept.sort_unstable();
+        assert_eq!(kept, ["a", "c"]);
+    }
+
+    #[test]
+    fn cache_keeps_compile_errors() {
+        let cache = RegexCache::new(4);
+        assert!(cache.re_match("(", "x").is_err());
+        assert!(cache.re_match("(", "x").is_err());
+        assert_eq!(cache.inner.lock().unwrap().map.len(), 1);
+    }
+
+    #[test]
+    fn anchors_are_cached_separately() {
+        let cache = RegexCache::new(4);
+        assert_eq!(cache.re_match("b", "ab"), Ok(false));
+        assert_eq!(cache.re_search("b", "ab"), Ok(true));
+        assert_eq!(cache.re_fullmatch("ab", "ab"), Ok(true));
+    }
+
+    #[test]
+    fn python_int_accepts_what_int_accepts() {
+        for (s, want) in [
+            ("7", Some(7)),
+            (" -3 ", Some(-3)),
+            ("+1_000", Some(1000)),
+            ("007", Some(7)),
+            ("1__0", None),
+            ("_1", None),
+            ("0x10", None),
+            ("", None),
+        ] {
+            assert_eq!(parse_python_int(s), want, "{s:?}");
+        }
+    }
 }

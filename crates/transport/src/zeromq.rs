@@ -120,10 +120,23 @@ impl ZmqServer {
         push.set_sndhwm(0).map_err(Error::zmq("PUSH hwm"))?;
         push.connect(&inproc).map_err(Error::zmq("connect inproc"))?;
 
+        // Handshake failures (garbage on a port) are only visible through socket monitors.
+        let failures = (zmq::SocketEvent::HANDSHAKE_FAILED_NO_DETAIL as i32)
+            | (zmq::SocketEvent::HANDSHAKE_FAILED_PROTOCOL as i32);
+        let tag = format!("{:p}", &router as *const _);
+        let mut monitors = Vec::new();
+        for (sock, port) in [(&router, "request"), (&publisher, "publish")] {
+            let ep = format!("inproc://halite-mon-{port}-{tag}");
+            sock.monitor(&ep, failures).map_err(Error::zmq("monitor"))?;
+            let mon = ctx.socket(zmq::PAIR).map_err(Error::zmq("create monitor"))?;
+            mon.connect(&ep).map_err(Error::zmq("connect monitor"))?;
+            monitors.push((mon, port));
+        }
+
         let (tx, rx) = mpsc::channel(INCOMING_CAPACITY);
         let thread = std::thread::Builder::new()
             .name("zmq-server".into())
-            .spawn(move || socket_loop(router, publisher, pull, tx))
+            .spawn(move || socket_loop(router, publisher, pull, monitors, tx))
             .map_err(|e| Error::Zmq { op: format!("spawn thread: {e}"), source: zmq::Error::EFAULT })?;
         tracing::info!(ret = %ret_ep, publish = %pub_ep, "Request and publish sockets bound");
         Ok((Self { ctx, cmd: Mutex::new(push), thread: Mutex::new(Some(thread)) }, rx))
@@ -163,16 +176,43 @@ impl ServerTransport for ZmqServer {
     }
 }
 
-fn socket_loop(router: zmq::Socket, publisher: zmq::Socket, pull: zmq::Socket, tx: mpsc::Sender<Incoming>) {
+/// Logs one socket-monitor event: `[u16 event, u32 value]` then the endpoint.
+fn log_monitor_event(mon: &zmq::Socket, port: &str) {
+    while let Ok(parts) = mon.recv_multipart(zmq::DONTWAIT) {
+        let event = parts.first().and_then(|f| f.get(..2)).map(|b| u16::from_le_bytes([b[0], b[1]]));
+        let endpoint = parts.get(1).map(|e| String::from_utf8_lossy(e).into_owned()).unwrap_or_default();
+        match event {
+            Some(e) if i32::from(e) == zmq::SocketEvent::HANDSHAKE_FAILED_PROTOCOL as i32 => tracing::warn!(
+                "ZMTP handshake with a peer on the {port} port {endpoint} failed (protocol error); connection dropped"
+            ),
+            // A peer that connects and leaves without a greeting (port probes, health checks).
+            _ => tracing::debug!("A peer on the {port} port {endpoint} left before the ZMTP handshake"),
+        }
+    }
+}
+
+fn socket_loop(
+    router: zmq::Socket,
+    publisher: zmq::Socket,
+    pull: zmq::Socket,
+    monitors: Vec<(zmq::Socket, &'static str)>,
+    tx: mpsc::Sender<Incoming>,
+) {
     loop {
         let (router_ready, cmd_ready) = {
-            let mut items = [router.as_poll_item(zmq::POLLIN), pull.as_poll_item(zmq::POLLIN)];
+            let mut items = vec![router.as_poll_item(zmq::POLLIN), pull.as_poll_item(zmq::POLLIN)];
+            items.extend(monitors.iter().map(|(m, _)| m.as_poll_item(zmq::POLLIN)));
             if let Err(e) = zmq::poll(&mut items, -1) {
                 if e == zmq::Error::EINTR {
                     continue;
                 }
                 tracing::error!(error = %e, "ZeroMQ poll failed; stopping the socket thread");
                 return;
+            }
+            for (i, (mon, port)) in monitors.iter().enumerate() {
+                if items[2 + i].is_readable() {
+                    log_monitor_event(mon, port);
+                }
             }
             (items[0].is_readable(), items[1].is_readable())
         };
