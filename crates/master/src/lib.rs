@@ -206,6 +206,10 @@ fn make_dir(path: &Path, mode: u32) -> Result<(), Error> {
 /// Runs the master until `shutdown` is cancelled.
 pub async fn run(cfg: MasterConfig, shutdown: CancellationToken) -> Result<(), Error> {
     make_dir(&cfg.cachedir, 0o755)?;
+    // Salt's verify_env creates these; stock `salt-run` writes its proc files there.
+    for sub in ["jobs", "proc", "sessions"] {
+        make_dir(&cfg.cachedir.join(sub), 0o755)?;
+    }
     make_dir(&cfg.sock_dir, 0o750)?;
     let store = KeyStore::open(&cfg.pki_dir).map_err(|e| Error::Keys(e.to_string()))?;
     let master_id = cfg.id.strip_suffix("_master").unwrap_or(&cfg.id).to_owned();

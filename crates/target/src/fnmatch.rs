@@ -204,3 +204,110 @@ fn bracket(stuff: &[char]) -> Class {
     }
     Class { negated, ranges }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `(name, pattern, fnmatch.fnmatch(name, pattern))`, captured from CPython 3.11.7 on
+    /// Linux.
+    const FNMATCH_CASES: &[(&str, &str, bool)] = &[
+        ("web1", "web*", true),
+        ("Web1", "web*", false),
+        ("web1", "WEB*", false),
+        ("web1", "web?", true),
+        ("web10", "web?", false),
+        ("web1", "web[0-9]", true),
+        ("weba", "web[!0-9]", true),
+        ("web1", "web[!0-9]", false),
+        ("a/b", "a*b", true),
+        (".hidden", "*", true),
+        ("a\nb", "a*b", true),
+        ("\n", "?", true),
+        ("[", "[", true),
+        ("[a", "[a", true),
+        ("a", "[a", false),
+        ("]", "[]]", true),
+        ("a", "[]a]", true),
+        ("!", "[!]", false),
+        ("[!]", "[!]", true),
+        ("b", "[!]a]", true),
+        ("]", "[!]a]", false),
+        ("-", "[a-]", true),
+        ("-", "[-a]", true),
+        ("b", "[a-c]", true),
+        ("-", "[a-c-e]", true),
+        ("d", "[a-c-e]", false),
+        ("e", "[a-c-e]", true),
+        ("a", "[z-a]", false),
+        ("x", "[!z-a]", true),
+        ("a", "[a--]", false),
+        ("-", "[a--]", false),
+        ("\\", "[\\]", true),
+        ("\\", "\\", true),
+        ("a", "\\a", false),
+        ("^", "[^]", true),
+        ("a", "[^a]", true),
+        ("&", "[a&&b]", true),
+        ("~", "[~~]", true),
+        ("|", "[||]", true),
+        ("\u{e9}", "?", true),
+        ("\u{c9}", "[\u{e9}]", false),
+        ("x", "", false),
+        ("", "", true),
+        ("", "*", true),
+        ("abc", "a**c", true),
+        ("abc", "*b*", true),
+        ("aXbXc", "*X*X*", true),
+        ("aaa", "a*a*a", true),
+        ("aa", "a*a*a", false),
+        ("web1,db1", "web1,db1", true),
+        ("web1", "web1,db1", false),
+        ("x", "[!]", false),
+        ("ab", "[a-b][a-b]", true),
+        ("c", "[a-bd-e]", false),
+        ("d", "[a-bd-e]", true),
+        ("-", "[!-]", false),
+        ("b", "[!a-]", true),
+        ("*", "[*]", true),
+        ("?", "[?]", true),
+        ("a", "[[]a]", false),
+        ("[a]", "[[]a]", true),
+        ("\u{e9}", "[\u{e0}-\u{ea}]", true),
+        ("other.example.com", "*.example.com", true),
+    ];
+
+    #[test]
+    fn agrees_with_python_fnmatch() {
+        let failures: Vec<String> = FNMATCH_CASES
+            .iter()
+            .filter(|&&(name, pattern, want)| fnmatch(name, pattern) != want)
+            .map(|(name, pattern, want)| format!("{name:?} ~ {pattern:?}: Python says {want}"))
+            .collect();
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
+
+    macro_rules! glob {
+        ($name:ident, $pattern:expr, $text:expr, $want:expr) => {
+            #[test]
+            fn $name() {
+                assert_eq!(fnmatch($text, $pattern), $want);
+            }
+        };
+    }
+
+    glob!(glob_is_case_sensitive, "WEB*", "web1", false);
+    glob!(star_crosses_slashes_and_newlines, "a*b", "a/\nb", true);
+    glob!(comma_is_an_ordinary_character, "web1,db1", "web1", false);
+    glob!(unclosed_bracket_is_literal, "[ab", "[ab", true);
+    glob!(reversed_range_never_matches, "[z-a]", "a", false);
+    glob!(negated_reversed_range_matches_anything, "[!z-a]", "q", true);
+    glob!(backslash_is_literal_inside_brackets, r"[\]", r"\", true);
+
+    #[test]
+    fn many_stars_do_not_blow_up() {
+        let pattern = "*a".repeat(50) + "b";
+        let text = "a".repeat(10_000);
+        assert!(!fnmatch(&text, &pattern));
+    }
+}

@@ -41,6 +41,8 @@ mod minion;
 mod nodegroup;
 mod pyvalue;
 mod subdict;
+#[cfg(test)]
+mod testutil;
 
 pub use compound::{parse_target, TargetWord, MAX_PARENS};
 pub use master::{Bank, CheckResult, CkMinions, EmptyCache, MinionDataCache};

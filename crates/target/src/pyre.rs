@@ -88,7 +88,8 @@ impl PyRegex {
     /// translate, [`Error::RegexCompile`] when the engine refuses the translation (size
     /// limits, quantified look-around).
     pub fn new(pattern: &str, anchor: Anchor) -> Result<Self, Error> {
-        let body = translate(pattern)?;
+        // Only a match that must reach the end of the text cares where a trailing `$` stops.
+        let body = translate_with(pattern, anchor != Anchor::FullMatch)?;
         let anchored = match anchor {
             Anchor::Match => format!(r"\A(?:{body})"),
             Anchor::FullMatch => format!(r"\A(?:{body})\z"),
@@ -221,7 +222,15 @@ impl RegexCache {
 /// The output spells out every construct and never relies on engine defaults that differ
 /// from Python's; group numbers are preserved (named groups become numbered ones).
 pub fn translate(pattern: &str) -> Result<String, Error> {
+    translate_with(pattern, false)
+}
+
+/// [`translate`], optionally letting a `$` that ends a top-level branch consume the final
+/// newline (`\n?\z` instead of the look-ahead `(?=\n?\z)`). Whether a match exists does
+/// not change, and without the look-ahead the engine can run the pattern in linear time.
+fn translate_with(pattern: &str, consume_final_dollar: bool) -> Result<String, Error> {
     let mut parser = Parser {
+        consume_final_dollar,
         tok: Tokenizer::new(pattern),
         pattern,
         global: Flags::default(),
@@ -443,6 +452,8 @@ struct Parser<'p> {
     /// Conditional references to groups that may be defined later, with their position.
     forward_refs: Vec<(usize, usize)>,
     depth: usize,
+    /// See [`translate_with`].
+    consume_final_dollar: bool,
 }
 
 impl Parser<'_> {
@@ -481,7 +492,12 @@ impl Parser<'_> {
         loop {
             let first = nested == 0 && branches.is_empty();
             let branch_flags = if nested == 0 { self.global } else { flags };
-            let items = self.parse_seq(branch_flags, nested + 1, first)?;
+            let mut items = self.parse_seq(branch_flags, nested + 1, first)?;
+            if nested == 0 && self.consume_final_dollar {
+                if let Some(last) = items.last_mut().filter(|i| i.text == DOLLAR) {
+                    last.text = r"\n?\z".to_owned();
+                }
+            }
             zero_width &= items.iter().all(|i| i.zero_width);
             branches.push(items.into_iter().map(|i| i.text).collect());
             if !self.tok.eat('|') {
@@ -584,11 +600,7 @@ impl Parser<'_> {
                     if flags.dotall { "(?s:.)" } else { "." }.to_owned(),
                 )),
                 Tok::Char('^') => items.push(Item::at(if flags.multiline { "(?m:^)" } else { "^" })),
-                Tok::Char('$') => items.push(Item::at(if flags.multiline {
-                    "(?m:$)"
-                } else {
-                    r"(?=\n?\z)"
-                })),
+                Tok::Char('$') => items.push(Item::at(if flags.multiline { "(?m:$)" } else { DOLLAR })),
                 Tok::Char('(') => {
                     if let Some(item) = self.group(&mut flags, nested, first && items.is_empty())? {
                         items.push(item);
@@ -1161,6 +1173,9 @@ impl ClassMember {
         }
     }
 }
+
+/// Python's `$` without MULTILINE: the end, or just before a newline that ends the text.
+const DOLLAR: &str = r"(?=\n?\z)";
 
 /// ASCII word boundary for the `a` flag, spelled with look-around because the engine
 /// cannot switch Unicode off inside a pattern.

@@ -313,3 +313,130 @@ fn is_printable(c: char) -> bool {
     }
     !non_printable.iter().any(|&(lo, hi)| lo <= n && n <= hi)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // `repr()` results captured from CPython 3.11.7.
+    const FLOATS: &[(f64, &str)] = &[
+        (0.0_f64, "0.0"),
+        (-0.0_f64, "-0.0"),
+        (1.0_f64, "1.0"),
+        (1.5_f64, "1.5"),
+        (0.1_f64, "0.1"),
+        (1e+16_f64, "1e+16"),
+        (1000000000000000.0_f64, "1000000000000000.0"),
+        (123456789012345.6_f64, "123456789012345.6"),
+        (0.0001_f64, "0.0001"),
+        (1e-05_f64, "1e-05"),
+        (2.5e-07_f64, "2.5e-07"),
+        (1e+20_f64, "1e+20"),
+        (-1e+22_f64, "-1e+22"),
+        (1.7976931348623157e+308_f64, "1.7976931348623157e+308"),
+        (5e-324_f64, "5e-324"),
+        (3.14159_f64, "3.14159"),
+        (100.0_f64, "100.0"),
+        (0.30000000000000004_f64, "0.30000000000000004"),
+        (1234567890123456.0_f64, "1234567890123456.0"),
+        (1.2345678901234568e+16_f64, "1.2345678901234568e+16"),
+    ];
+    const F32S: &[(f32, &str)] = &[
+        (0.1_f32, "0.10000000149011612"),
+        (1.5_f32, "1.5"),
+        (3.4e+38_f32, "3.3999999521443642e+38"),
+        (1e-07_f32, "1.0000000116860974e-07"),
+    ];
+    const STR_REPRS: &[(&str, &str)] = &[
+        ("plain", "'plain'"),
+        ("it's", "\"it's\""),
+        ("say \"hi\"", "'say \"hi\"'"),
+        ("both ' and \"", "'both \\' and \"'"),
+        ("tab\t", "'tab\\t'"),
+        ("nl\n", "'nl\\n'"),
+        ("\u{0}\u{7f}", "'\\x00\\x7f'"),
+        ("\u{e9}", "'\u{e9}'"),
+        ("\u{85}", "'\\x85'"),
+        ("\u{a0}", "'\\xa0'"),
+        ("\u{200b}", "'\\u200b'"),
+        ("\u{2028}", "'\\u2028'"),
+        ("\u{e000}", "'\\ue000'"),
+        ("\u{1f600}", "'\u{1f600}'"),
+        ("\\", "'\\\\'"),
+        ("\u{e0001}", "'\\U000e0001'"),
+        ("\u{feff}", "'\\ufeff'"),
+    ];
+    const BYTES_REPRS: &[(&[u8], &str)] = &[
+        (&[255], "b'\\xff'"),
+        (&[255, 97, 39, 98], "b\"\\xffa'b\""),
+        (&[255, 0, 10, 92], "b'\\xff\\x00\\n\\\\'"),
+        (&[128, 34, 39], "b'\\x80\"\\''"),
+    ];
+
+    #[test]
+    fn float_repr_matches_python() {
+        for &(f, want) in FLOATS {
+            assert_eq!(float_repr(f), want, "{f:e}");
+        }
+    }
+
+    #[test]
+    fn float32_is_widened_like_msgpack_python() {
+        for &(f, want) in F32S {
+            assert_eq!(to_str(&Value::F32(f)), want);
+        }
+    }
+
+    #[test]
+    fn str_repr_matches_python() {
+        for &(s, want) in STR_REPRS {
+            let mut out = String::new();
+            repr(&Value::from(s), &mut out);
+            assert_eq!(out, want, "{s:?}");
+        }
+    }
+
+    #[test]
+    fn non_utf8_strings_are_python_bytes() {
+        for &(b, want) in BYTES_REPRS {
+            assert_eq!(to_str(&Value::Binary(b.to_vec())), want);
+            // A msgpack `str` container holding the same bytes.
+            let len = u8::try_from(b.len()).unwrap();
+            let mut packed = vec![0xa0 | len];
+            packed.extend_from_slice(b);
+            let decoded = rmpv::decode::read_value(&mut packed.as_slice()).unwrap();
+            assert!(matches!(decoded, Value::String(_)));
+            assert_eq!(to_str(&decoded), want);
+        }
+    }
+
+    #[test]
+    fn containers_print_like_python() {
+        let v = Value::Map(vec![
+            (Value::from("a"), Value::Array(vec![Value::from(1), Value::Nil, Value::Boolean(true)])),
+            (Value::from(2), Value::F64(0.5)),
+            (Value::from("a"), Value::from("last")),
+        ]);
+        assert_eq!(to_str(&v), "{'a': 'last', 2: 0.5}");
+        assert_eq!(to_str(&Value::Array(vec![])), "[]");
+        assert_eq!(to_str(&Value::Map(vec![])), "{}");
+    }
+
+    #[test]
+    fn utf8_binary_is_a_python_str() {
+        assert_eq!(text(&Value::Binary(b"web1".to_vec())), Some("web1"));
+    }
+
+    #[test]
+    fn numeric_keys_compare_across_bool_int_and_float() {
+        let map = vec![
+            (Value::Boolean(true), Value::from("bool")),
+            (Value::F64(2.0), Value::from("float")),
+            (Value::Nil, Value::from("none")),
+        ];
+        assert_eq!(dict_get_scalar(&map, Scalar::Int(1)), Some(&Value::from("bool")));
+        assert_eq!(dict_get_scalar(&map, Scalar::Int(2)), Some(&Value::from("float")));
+        assert_eq!(dict_get_scalar(&map, Scalar::None), Some(&Value::from("none")));
+        assert_eq!(dict_get_scalar(&map, Scalar::Float(1.5)), None);
+    }
+}

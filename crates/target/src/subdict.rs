@@ -462,3 +462,206 @@ fn sexagesimal(digits: &str) -> Option<f64> {
     }
     Some(value)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::json;
+
+    /// `(data as JSON, expr, mode, subdict_match(...))`, sampled from randomised runs of
+    /// Salt 3008.3's `salt.utils.data.subdict_match` with the default `:` delimiter.
+    const SUBDICT_CASES: &[(&str, &str, MatchMode, bool)] = &[
+        ("{\"none\": \"5\", \"*\": -3, \"80\": [], \"k\": [{\"true\": 1.5, \"0\": \"1.0\"}, \"prod*\", {\"none\": \"\"}]}", "*:80", MatchMode::Glob, true),
+        ("{\"x:y\": {\"a\": \"it's\", \"x:y\": {\"os\": \"x:y\"}}, \"a\": \"q\\\"uote\", \"Web\": [\"x:y\", [\"tab\\tx\", \"a:b\"], {\"true\": false, \"1\": 5}]}", "Web:x:y", MatchMode::Glob, true),
+        ("{\"Web\": 0, \"true\": \"x:y\"}", "*:true", MatchMode::Glob, true),
+        ("{\"a\": [[\"RedHat\", 5], [], 2.5e-07], \"0\": {\"true\": \"\", \"80\": {\"x:y\": \"tab\\tx\", \"0\": \"a:b\", \"none\": \"1.0\"}}, \"1\": {\"true\": {\"k\": \"\", \"80\": 1.5, \"0\": \"it's\"}}}", "0:true:*", MatchMode::Regex, true),
+        ("{\"1\": {\"os\": {\"none\": 1.5, \"x:y\": \"a:b\"}, \"k\": [\"\u{dc}n\u{ef}\", \"web\"], \"1\": true}}", "*:1:1:True", MatchMode::Regex, true),
+        ("{\"true\": -3, \"80\": {\"1\": [null, \"q\\\"uote\", \"it's\"], \"b\": [5, \"q\\\"uote\", \"WEB1\"], \"A\": {\"*\": \"WEB1\", \"x:y\": \"web\", \"a\": \"WEB1\"}}, \"1\": \"it's\"}", "1:IT'S", MatchMode::Exact, true),
+        ("{\"1\": \"1.0\", \"A\": \"web\"}", "A:w?b", MatchMode::Glob, true),
+        ("{\"80\": 2.5e-07, \"k\": \"a:b\", \"*\": \"tab\\tx\"}", "*:k:a:*", MatchMode::Glob, true),
+        ("{\"80\": \"\", \"A\": {\"true\": \"\"}, \"none\": 0}", "80:0*", MatchMode::Regex, true),
+        ("{\"none\": {}, \"true\": {\"os\": {\"x:y\": 1.5}, \"1\": -3}, \"os\": \"it's\"}", "*:it's", MatchMode::Regex, true),
+        ("{\"true\": \"5\", \"a\": 2.5e-07}", "*:true:5", MatchMode::Regex, true),
+        ("{\"k\": {\"x:y\": false, \"true\": {}}, \"0\": [{\"k\": null, \"1\": 1e+20}, {\"k\": 0, \"0\": \"\", \"Web\": \"\"}]}", "0:1:0:*", MatchMode::Regex, true),
+        ("{\"b\": \"prod*\", \"os\": [\"x:y\"], \"none\": [{}, [false, null], true]}", "b:prod*", MatchMode::Exact, true),
+        ("{\"os\": \"RedHat\", \"A\": {\"k\": [\"a:b\", \"x:y\"]}}", "*:A:k:0:a:*", MatchMode::Regex, true),
+        ("{\"0\": {\"Web\": \"a:b\", \"*\": {}}, \"80\": {\"A\": {\"k\": 5, \"A\": 2.5e-07}, \"0\": \"it's\"}, \"a\": {\"k\": [\"q\\\"uote\", 2.5e-07]}, \"none\": []}", "80:A:A:2.*", MatchMode::Regex, true),
+        ("{\"a\": 2.5e-07, \"Web\": null}", "Web:None", MatchMode::Glob, true),
+        ("{\"0\": {\"none\": {\"true\": \"5\", \"a\": false, \"none\": \"\"}}, \"Web\": \"tab\\tx\", \"A\": \"\", \"b\": {\"0\": {\"A\": \"web\", \"os\": \"\u{dc}n\u{ef}\"}, \"os\": \"RedHat\"}}", "Web:TAB\tX", MatchMode::Exact, true),
+        ("{\"os\": {}, \"none\": [{}, true, [\"q\\\"uote\", 1.5]]}", "none:Tr*", MatchMode::Regex, true),
+        ("{\"k\": 5, \"a\": {}, \"1\": {\"0\": {\"1\": true}}}", "1:0:1:True", MatchMode::Exact, true),
+        ("{\"1\": \"5\"}", "*:1:5", MatchMode::Glob, true),
+        ("{\"80\": \"it's\", \"A\": null, \"none\": {\"b\": [null], \"0\": null, \"none\": 2.5e-07}}", "none:b:0:none", MatchMode::Regex, true),
+        ("{\"80\": {\"true\": [0], \"80\": {\"os\": \"\u{dc}n\u{ef}\"}, \"1\": {\"k\": \"1.0\", \"os\": \"prod*\"}}, \"x:y\": {\"*\": \"q\\\"uote\"}, \"1\": []}", "*:80", MatchMode::Regex, true),
+        ("{\"A\": {\"none\": \"q\\\"uote\", \"true\": \"it's\", \"b\": [0, \"5\"]}, \"Web\": {\"A\": [], \"none\": true, \"x:y\": [false, \"\"]}, \"*\": {}}", "A:none:Q\"UOTE", MatchMode::Regex, true),
+        ("{\"*\": \"WEB1\"}", "*:web1", MatchMode::Regex, true),
+        ("{\"k\": {\"os\": \"WEB1\", \"80\": [], \"none\": \"1.0\"}, \"1\": true}", "k:os:web1", MatchMode::Exact, true),
+        ("{\"b\": \"x:y\", \"true\": {\"k\": {\"none\": \"prod*\", \"a\": 5}}, \"0\": {\"k\": 0, \"1\": {\"Web\": \"tab\\tx\"}}, \"A\": {\"k\": \"tab\\tx\", \"1\": 1.5}}", "true:k:a:5", MatchMode::Exact, true),
+        ("{\"80\": \"1.0\", \"k\": [{\"a\": \"\u{dc}n\u{ef}\", \"b\": \"prod*\"}, [], null]}", "*:80:*0", MatchMode::Glob, true),
+        ("[\"x:y\", 0]", "1:0*", MatchMode::Glob, true),
+        ("{\"Web\": \"5\", \"0\": {}, \"none\": {\"*\": \"prod*\", \"a\": \"prod*\"}, \"a\": 1.5}", "Web:5*", MatchMode::Glob, true),
+        ("{\"true\": \"RedHat\", \"k\": \"5\"}", "k:5*", MatchMode::Regex, true),
+        ("{\"80\": {\"*\": [\"tab\\tx\"], \"k\": \"\"}, \"true\": {\"80\": \"q\\\"uote\", \"Web\": []}}", "true:80:q\"uote", MatchMode::Regex, true),
+        ("{\"*\": 5, \"os\": -3}", "*:os", MatchMode::Exact, true),
+        ("{\"os\": {\"a\": 1.5, \"k\": \"it's\"}, \"80\": {}}", "os:k:IT'S", MatchMode::Regex, true),
+        ("{\"80\": \"it's\"}", "*:80:it's", MatchMode::Glob, true),
+        ("{\"Web\": \"\u{dc}n\u{ef}\", \"none\": [{\"80\": 1e+20}, \"RedHat\"], \"k\": false}", "none:0:80", MatchMode::Exact, true),
+        ("{\"0\": \"tab\\tx\", \"true\": {\"1\": [5, \"RedHat\", 1e+20], \"none\": \"a:b\", \"os\": \"q\\\"uote\"}}", "true:os:Q\"UOTE", MatchMode::Glob, true),
+        ("{\"Web\": [{\"1\": \"tab\\tx\"}, [5, false], [\"it's\", 5, false]], \"0\": [\"it's\", {\"true\": \"WEB1\", \"1\": 0}], \"true\": \"RedHat\", \"k\": null}", "Web:0:1:tab\tx", MatchMode::Exact, true),
+        ("{\"0\": \"\u{dc}n\u{ef}\"}", "0:\u{dc}n\u{ef}", MatchMode::Exact, true),
+        ("{\"A\": [{}, {\"x:y\": \"WEB1\"}], \"1\": \"\", \"0\": false, \"Web\": \"\"}", "Web:", MatchMode::Regex, true),
+        ("{\"0\": {\"none\": []}, \"a\": {}, \"A\": []}", "0:none:*", MatchMode::Regex, true),
+        ("{\"os\": {\"none\": {}, \"os\": [\"x:y\", null]}, \"80\": \"5\", \"none\": [[\"1.0\", \"it's\"], 1.5, [true, \"\", \"web\"]], \"a\": {\"*\": {\"a\": \"x:y\", \"Web\": \"\u{dc}n\u{ef}\", \"true\": 0}}}", "*:80:5*", MatchMode::Glob, true),
+        ("{\"A\": \"prod*\"}", "A:**", MatchMode::Glob, true),
+        ("{\"*\": [{\"0\": \"RedHat\", \"x:y\": \"\", \"a\": \"prod*\"}, {\"80\": \"q\\\"uote\", \"1\": 2.5e-07}], \"x:y\": [\"tab\\tx\", [\"5\"], 1.5], \"80\": [{\"os\": 1.5, \"80\": 1.5}]}", "*:1", MatchMode::Regex, true),
+        ("{\"1\": {\"none\": {}}, \"*\": 1e+20, \"none\": \"RedHat\", \"Web\": \"tab\\tx\"}", "*:*:1E+20", MatchMode::Glob, true),
+        ("{\"A\": \"WEB1\"}", "*:A:WEB1", MatchMode::Exact, true),
+        ("{\"true\": {\"k\": [\"q\\\"uote\", \"tab\\tx\"]}, \"Web\": {}, \"k\": [{\"true\": 5, \"1\": null, \"80\": \"q\\\"uote\"}, [true, 5, null], [\"RedHat\", 2.5e-07]]}", "Web:(", MatchMode::Glob, false),
+        ("[1e+20]", "*:*", MatchMode::Glob, false),
+        ("{\"true\": \"1.0\"}", "-1:\u{fc}n\u{ef}", MatchMode::Glob, false),
+        ("{\"none\": 1e+20, \"true\": 1.5}", "true:1.*", MatchMode::Exact, false),
+        ("{\"b\": \"tab\\tx\"}", "x", MatchMode::Regex, false),
+        ("{\"true\": [{}, -3, {}], \"1\": \"WEB1\"}", "*:true:(", MatchMode::Regex, false),
+        ("{\"1\": \"tab\\tx\", \"true\": {\"80\": 2.5e-07, \"b\": [0, 1e+20], \"a\": []}}", "\\D+:none:1.5:a", MatchMode::Glob, false),
+        ("{\"x:y\": {\"true\": [\"web\", null], \"b\": -3}, \"A\": [\"q\\\"uote\"], \"b\": 1.5}", "os:1.5", MatchMode::Exact, false),
+        ("{\"80\": {}}", "80:none", MatchMode::Glob, false),
+        ("{\"a\": [{\"os\": \"q\\\"uote\", \"none\": \"WEB1\"}]}", "(:re.*", MatchMode::Exact, false),
+        ("\"x:y\"", "A", MatchMode::Regex, false),
+        ("{\"1\": {\"A\": {\"none\": \"it's\", \"x:y\": null, \"k\": \"prod*\"}, \"x:y\": {}, \"Web\": null}, \"A\": \"1.0\", \"a\": [[true, 1.5, \"WEB1\"], [\"\", \"a:b\", 2.5e-07]]}", "1:x:y:web", MatchMode::Regex, false),
+        ("{\"k\": {\"b\": \"it's\", \"A\": {\"Web\": \"a:b\", \"0\": \"5\", \"*\": true}}}", "k:A:0:x", MatchMode::Regex, false),
+        ("{\"A\": \"a:b\", \"80\": {\"A\": \"a:b\"}, \"0\": 1e+20, \"os\": {}}", "y:0:Web", MatchMode::Glob, false),
+        ("false", "1.5:WEB*:1e+20:1", MatchMode::Glob, false),
+        ("{\"Web\": {\"Web\": {\"os\": \"5\"}, \"A\": {}, \"0\": {\"none\": 5, \"1\": true, \"k\": 2.5e-07}}, \"0\": {}, \"80\": [[\"5\", 2.5e-07, 0]]}", "\\S+::1.5", MatchMode::Glob, false),
+        ("[]", "2.5e-07", MatchMode::Exact, false),
+        ("{\"*\": {\"80\": {\"none\": \"RedHat\", \"b\": \"\"}, \"k\": {\"os\": \"q\\\"uote\"}}, \"x:y\": {\"os\": []}}", "*:k:b:c", MatchMode::Exact, false),
+        ("{\"true\": \"web\", \"a\": {\"0\": {\"k\": \"WEB1\"}, \"a\": [\"\u{dc}n\u{ef}\"]}, \"80\": \"it's\"}", "5:none:b:c:5", MatchMode::Regex, false),
+        ("{\"0\": [{\"none\": \"web\"}, [-3], {\"80\": 0}], \"b\": {\"Web\": {\"Web\": false, \"none\": 0, \"A\": \"a:b\"}, \"k\": {\"0\": -3, \"x:y\": \"1.0\"}, \"0\": null}, \"a\": {}}", "WEB*:A:0", MatchMode::Regex, false),
+        ("{\"x:y\": {\"x:y\": {}, \"1\": {\"k\": null}}, \"true\": -3}", "*:x:y:x:y:5", MatchMode::Exact, false),
+        ("{\"none\": {\"1\": [\"web\", \"WEB1\"], \"b\": 5, \"none\": {}}, \"a\": [[\"5\", 2.5e-07], {\"b\": \"it's\"}], \"Web\": \"web\"}", "a:1:2.5e-07", MatchMode::Regex, false),
+        ("{\"1\": [{\"*\": 0, \"1\": \"a:b\", \"x:y\": \"web\"}]}", "1e+20", MatchMode::Regex, false),
+        ("{\"k\": \"prod*\", \"x:y\": {\"k\": {\"b\": false, \"x:y\": 1.5}, \"1\": [1e+20, \"a:b\", \"prod*\"]}, \"Web\": -3}", "80", MatchMode::Glob, false),
+        ("false", "*e", MatchMode::Regex, false),
+        ("\"prod*\"", "1", MatchMode::Exact, false),
+        ("\"5\"", "5", MatchMode::Glob, false),
+        ("1e+20", "*:1e+20", MatchMode::Glob, false),
+        ("\"\"", "-1", MatchMode::Regex, false),
+        ("{\"true\": [\"\u{dc}n\u{ef}\", true, {\"80\": null}], \"*\": \"5\", \"os\": [-3, {\"x:y\": \"q\\\"uote\", \"80\": \"RedHat\", \"true\": \"\"}]}", "2.5e-07", MatchMode::Exact, false),
+        ("[2.5e-07, {}]", "2.5e-07", MatchMode::Glob, false),
+        ("{\"0\": [[-3]], \"1\": [{\"none\": \"WEB1\", \"k\": \"RedHat\"}]}", "*:0:-3", MatchMode::Regex, false),
+        ("{\"x:y\": [\"tab\\tx\"], \"1\": \"1.0\", \"*\": {\"A\": \"\u{dc}n\u{ef}\", \"0\": []}}", "*:a:0:v", MatchMode::Glob, false),
+        ("{\"b\": \"q\\\"uote\", \"1\": 1.5}", "w?b:os:Web:b", MatchMode::Exact, false),
+        ("{\"0\": []}", "A:2.5e-07:1.5:(", MatchMode::Exact, false),
+        ("{\"a\": \"tab\\tx\", \"k\": {}, \"0\": {\"A\": \"prod*\"}}", "*:k:\\D+", MatchMode::Glob, false),
+        ("{\"Web\": {\"80\": [2.5e-07, \"q\\\"uote\"], \"A\": {\"A\": 0, \"80\": -3}, \"true\": {\"Web\": \"prod*\"}}, \"*\": \"x:y\"}", "2.5e-07:*", MatchMode::Glob, false),
+        ("{\"*\": {\"b\": {\"os\": 1e+20, \"1\": \"\u{dc}n\u{ef}\", \"Web\": true}, \"x:y\": \"q\\\"uote\", \"os\": [\"prod*\"]}, \"80\": -3, \"os\": {\"A\": [\"a:b\"]}}", "5", MatchMode::Glob, false),
+        ("{\"*\": {\"b\": []}, \"0\": [{}, {\"a\": \"\"}, 5], \"b\": {}, \"x:y\": \"prod*\"}", "*:*:b:1", MatchMode::Exact, false),
+        ("{\"Web\": {\"k\": \"5\", \"1\": {\"none\": false}, \"a\": 2.5e-07}, \"0\": [{\"*\": null, \"80\": 5}], \"true\": {}}", "0:b:c", MatchMode::Glob, false),
+        ("{\"os\": {}, \"k\": [], \"1\": {}}", "(", MatchMode::Glob, false),
+        ("[{\"x:y\": \"web\"}, false]", "\\D+:[rw]*", MatchMode::Regex, false),
+        ("{\"Web\": \"q\\\"uote\", \"x:y\": [{\"true\": \"it's\"}]}", "b:q\"*", MatchMode::Regex, false),
+        ("{\"1\": {\"Web\": {\"80\": -3, \"k\": true}}, \"b\": {}}", "os", MatchMode::Exact, false),
+        ("{\"Web\": {\"*\": {}, \"x:y\": true, \"80\": {\"k\": true}}, \"none\": \"prod*\"}", "\\D+", MatchMode::Glob, false),
+    ];
+
+    #[test]
+    fn agrees_with_salt_on_sampled_cases() {
+        let regexes = RegexCache::default();
+        let failures: Vec<String> = SUBDICT_CASES
+            .iter()
+            .filter(|&&(data, expr, mode, want)| {
+                subdict_match(&json(data), expr, ":", mode, &regexes) != want
+            })
+            .map(|(data, expr, mode, want)| format!("{expr:?} {mode:?} on {data}: Salt says {want}"))
+            .collect();
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
+
+    macro_rules! subdict {
+        ($name:ident, $data:expr, $expr:expr, $mode:ident, $want:expr) => {
+            #[test]
+            fn $name() {
+                let regexes = RegexCache::default();
+                assert_eq!(
+                    subdict_match(&json($data), $expr, ":", MatchMode::$mode, &regexes),
+                    $want
+                );
+            }
+        };
+    }
+
+    subdict!(value_may_contain_the_delimiter, r#"{"colon": "x:y"}"#, "colon:x:y", Glob, true);
+    subdict!(deepest_key_is_tried_first, r#"{"a": {"b": "c"}}"#, "a:b:c", Glob, true);
+    subdict!(shallower_key_is_tried_next, r#"{"a": "b:c"}"#, "a:b:c", Glob, true);
+    subdict!(star_key_means_any_top_level_value, r#"{"role": ["db", "web"]}"#, "*:web", Glob, true);
+    subdict!(list_member_matches, r#"{"role": ["web", "frontend"]}"#, "role:web", Glob, true);
+    subdict!(dict_member_of_list_is_searched, r#"{"lst": [{"k": "v"}]}"#, "lst:k", Glob, true);
+    subdict!(nested_key_existence_matches, r#"{"nested": {"a": {"b": 1}}}"#, "nested:a:b", Glob, true);
+    subdict!(empty_dict_is_skipped, r#"{"nested": {}}"#, "nested:*", Glob, false);
+    subdict!(glob_is_case_insensitive, r#"{"os": "RedHat"}"#, "os:redhat", Glob, true);
+    subdict!(pattern_is_lowercased_too, r#"{"os": "redhat"}"#, "os:Red*", Glob, true);
+    subdict!(booleans_compare_as_python_prints_them, r#"{"flag": false}"#, "flag:False", Glob, true);
+    subdict!(none_compares_as_none, r#"{"none": null}"#, "none:none", Glob, true);
+    subdict!(integers_compare_as_text, r#"{"num": 5}"#, "num:5", Glob, true);
+    subdict!(floats_compare_as_python_repr, r#"{"ver": 1e20}"#, "ver:1e+20", Glob, true);
+    subdict!(regex_is_start_anchored, r#"{"os": "RedHat"}"#, "os:hat", Regex, false);
+    subdict!(lowercased_regex_turns_big_s_into_whitespace, r#"{"os": "RedHat"}"#, r"os:\S+", Regex, false);
+    subdict!(lowercased_regex_turns_big_d_into_digit, r#"{"os": "Debian"}"#, r"os:\D+", Regex, false);
+    subdict!(regex_alternation_matches, r#"{"os": "CentOS"}"#, "os:(RedHat|CentOS)", Regex, true);
+    subdict!(invalid_regex_does_not_match, r#"{"os": "("}"#, "os:(", Regex, false);
+    subdict!(exact_mode_takes_glob_characters_literally, r#"{"env": "production"}"#, "env:prod*", Exact, false);
+    subdict!(exact_mode_matches_the_literal_star, r#"{"env": "prod*"}"#, "env:prod*", Exact, true);
+    subdict!(exact_mode_is_case_insensitive, r#"{"env": "prod"}"#, "env:PROD", Exact, true);
+    subdict!(no_delimiter_never_matches, r#"{"os": "RedHat"}"#, "os", Glob, false);
+    subdict!(list_index_selects_a_member, r#"{"lst": ["a", "b"]}"#, "lst:1:b", Glob, true);
+    subdict!(negative_list_index_counts_from_the_end, r#"{"lst": ["a", "b"]}"#, "lst:-1:b", Glob, true);
+    subdict!(wildcard_prefix_searches_one_level_down, r#"{"app": {"tier": "front"}}"#, "*:front", Glob, true);
+
+    #[test]
+    fn numeric_key_is_found_through_yaml() {
+        let regexes = RegexCache::default();
+        let data = Value::Map(vec![(
+            Value::from("ports"),
+            Value::Map(vec![(Value::from(80), Value::from("http"))]),
+        )]);
+        assert!(subdict_match(&data, "ports:80:http", ":", MatchMode::Glob, &regexes));
+        assert!(!subdict_match(&data, "ports:81:http", ":", MatchMode::Glob, &regexes));
+    }
+
+    #[test]
+    fn boolean_and_null_keys_are_found_through_yaml() {
+        let data = Value::Map(vec![
+            (Value::Boolean(true), Value::from("yes")),
+            (Value::Nil, Value::from("nothing")),
+        ]);
+        assert_eq!(traverse_dict_and_list(&data, "on", ":"), Some(&Value::from("yes")));
+        assert_eq!(traverse_dict_and_list(&data, "1", ":"), Some(&Value::from("yes")));
+        assert_eq!(traverse_dict_and_list(&data, "~", ":"), Some(&Value::from("nothing")));
+        assert_eq!(traverse_dict_and_list(&data, "None", ":"), Some(&Value::from("nothing")));
+        assert_eq!(traverse_dict_and_list(&data, "nope", ":"), None);
+    }
+
+    #[test]
+    fn custom_delimiter_splits_the_path() {
+        let regexes = RegexCache::default();
+        let data = json(r#"{"a": {"b": "c:d"}}"#);
+        assert!(subdict_match(&data, "a|b|c:d", "|", MatchMode::Glob, &regexes));
+        assert!(!subdict_match(&data, "a:b:c:d", "|", MatchMode::Glob, &regexes));
+    }
+
+    #[test]
+    fn empty_delimiter_never_matches() {
+        let regexes = RegexCache::default();
+        assert!(!subdict_match(&json(r#"{"a": "b"}"#), "a:b", "", MatchMode::Glob, &regexes));
+    }
+
+    #[test]
+    fn deeply_nested_data_stops_at_the_depth_limit() {
+        let regexes = RegexCache::default();
+        let mut data = Value::from("x");
+        for _ in 0..200 {
+            data = Value::Map(vec![(Value::from("a"), data)]);
+        }
+        let expr = format!("*:{}", "*:".repeat(300));
+        assert!(!subdict_match(&data, &expr, ":", MatchMode::Glob, &regexes));
+    }
+}
