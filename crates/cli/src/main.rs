@@ -19,7 +19,11 @@ const EX_USAGE: u8 = 42;
 
 /// halite [options] '<target>' <function> [arguments]
 #[derive(Parser, Debug)]
-#[command(name = "halite", version, about = "Run a function on minions (the `salt` command)")]
+#[command(
+    name = "halite",
+    version,
+    about = "Run a function on minions (the `salt` command)"
+)]
 struct Cli {
     /// Directory holding the `master` config file.
     #[arg(short = 'c', long = "config-dir", default_value = "/etc/salt")]
@@ -67,7 +71,11 @@ struct Cli {
     #[arg(long = "out", visible_alias = "output")]
     out: Option<String>,
     /// Indentation for json, yaml and pprint; negative means compact.
-    #[arg(long = "out-indent", visible_alias = "output-indent", allow_hyphen_values = true)]
+    #[arg(
+        long = "out-indent",
+        visible_alias = "output-indent",
+        allow_hyphen_values = true
+    )]
     out_indent: Option<i64>,
     /// Wait for all returns and print them as one document.
     #[arg(short = 's', long = "static")]
@@ -112,7 +120,10 @@ fn main() -> ExitCode {
         "quiet" => "off",
         _ => "warn",
     };
-    tracing_subscriber::fmt().with_writer(std::io::stderr).with_env_filter(filter).init();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(filter)
+        .init();
     let cfg = match MasterConfig::load(&cli.config_dir) {
         Ok(c) => c,
         Err(e) => {
@@ -127,7 +138,10 @@ fn main() -> ExitCode {
             return ExitCode::from(EX_USAGE);
         }
     };
-    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("{e}");
@@ -171,7 +185,11 @@ fn build_job(cli: &Cli) -> Result<PublishRequest, String> {
     };
     let tgt = if cli.list {
         let parts: Vec<String> = if raw_tgt.contains(',') {
-            raw_tgt.replace(' ', "").split(',').map(str::to_owned).collect()
+            raw_tgt
+                .replace(' ', "")
+                .split(',')
+                .map(str::to_owned)
+                .collect()
         } else {
             raw_tgt.split_whitespace().map(str::to_owned).collect()
         };
@@ -211,16 +229,29 @@ fn build_job(cli: &Cli) -> Result<PublishRequest, String> {
                 }
             }
             if funs.len() > groups.len() {
-                return Err("Cannot execute compound command without defining all arguments.\n".into());
+                return Err(
+                    "Cannot execute compound command without defining all arguments.\n".into(),
+                );
             }
             if funs.len() < groups.len() {
-                return Err("Cannot execute compound command with more arguments than commands.\n".into());
+                return Err(
+                    "Cannot execute compound command with more arguments than commands.\n".into(),
+                );
             }
         }
-        let args = groups.iter().map(|g| Value::Array(args::parse_input(g, &cli.no_parse))).collect();
-        (Value::Array(funs.into_iter().map(s).collect()), Value::Array(args))
+        let args = groups
+            .iter()
+            .map(|g| Value::Array(args::parse_input(g, &cli.no_parse)))
+            .collect();
+        (
+            Value::Array(funs.into_iter().map(s).collect()),
+            Value::Array(args),
+        )
     } else {
-        (s(fun.clone()), Value::Array(args::parse_input(rest, &cli.no_parse)))
+        (
+            s(fun.clone()),
+            Value::Array(args::parse_input(rest, &cli.no_parse)),
+        )
     };
     let mut kwargs = vec![("delimiter".to_owned(), s(cli.delimiter.clone()))];
     kwargs.retain(|(_, v)| value::str_of(v) != Some(":"));
@@ -251,7 +282,11 @@ impl Printer {
         let indent = cli.out_indent.map(OutputIndent::Spaces).unwrap_or_default();
         Self {
             cli_out: cli.out.clone(),
-            opts: OutputOptions { color, indent, ..OutputOptions::default() },
+            opts: OutputOptions {
+                color,
+                indent,
+                ..OutputOptions::default()
+            },
             fun: value::str_of(fun).unwrap_or("").to_owned(),
             quiet: cli.out.as_deref() == Some("quiet"),
         }
@@ -262,7 +297,8 @@ impl Printer {
         if self.quiet {
             return;
         }
-        let name = halite_output::outputter_name(self.cli_out.as_deref(), return_out, static_, &self.fun);
+        let name =
+            halite_output::outputter_name(self.cli_out.as_deref(), return_out, static_, &self.fun);
         let out = match Outputter::from_name(&name) {
             Ok(o) => o,
             Err(e) => {
@@ -270,7 +306,10 @@ impl Printer {
                 Outputter::Nested
             }
         };
-        let opts = OutputOptions { retcode, ..self.opts.clone() };
+        let opts = OutputOptions {
+            retcode,
+            ..self.opts.clone()
+        };
         let text = halite_output::render(out, data, &opts);
         let mut stdout = std::io::stdout().lock();
         let _ = stdout.write_all(text.as_bytes());
@@ -300,9 +339,14 @@ async fn run(cli: &Cli, cfg: &MasterConfig, job: PublishRequest) -> u8 {
         return match client.publish(&job).await {
             Ok(r) => {
                 if r.jid.is_none() {
-                    println!("No minions matched the target. No command was sent, no jid was assigned.");
+                    println!(
+                        "No minions matched the target. No command was sent, no jid was assigned."
+                    );
                 }
-                println!("Executed command with job ID: {}", r.jid.unwrap_or_else(|| "0".into()));
+                println!(
+                    "Executed command with job ID: {}",
+                    r.jid.unwrap_or_else(|| "0".into())
+                );
                 0
             }
             Err(e) => report_client_error(&e),
@@ -346,14 +390,24 @@ async fn run(cli: &Cli, cfg: &MasterConfig, job: PublishRequest) -> u8 {
                     let out = value::get_str(&load, "out").map(str::to_owned);
                     (id, ret, out, retcode_of(&load))
                 }
-                JobEvent::NoReturn(id) => (id, s(format!("{NO_RETURN}{jid}")), Some("no_return".to_owned()), 1),
+                JobEvent::NoReturn(id) => (
+                    id,
+                    s(format!("{NO_RETURN}{jid}")),
+                    Some("no_return".to_owned()),
+                    1,
+                ),
             };
             any = true;
             retcodes.push(retcode);
             if cli.static_ {
                 collected.push((s(id), ret));
             } else {
-                printer.print(&Value::Map(vec![(s(id), ret)]), out.as_deref(), retcode, false);
+                printer.print(
+                    &Value::Map(vec![(s(id), ret)]),
+                    out.as_deref(),
+                    retcode,
+                    false,
+                );
             }
         },
     );

@@ -23,7 +23,9 @@ pub fn yamlify_arg(arg: &str) -> Value {
     if arg == "None" {
         return Value::Nil;
     }
-    let Ok(parsed) = halite_config::yaml::load(arg) else { return s(arg) };
+    let Ok(parsed) = halite_config::yaml::load(arg) else {
+        return s(arg);
+    };
     if arg.contains('#') {
         return match parsed {
             Value::String(_) | Value::Nil => s(arg),
@@ -66,8 +68,15 @@ pub fn parse_input(args: &[String], no_parse: &[String]) -> Vec<Value> {
     for arg in args {
         match parse_kwarg(arg) {
             Some((name, value)) => {
-                let v = if no_parse.iter().any(|n| n == name) { s(value) } else { yamlify_arg(value) };
-                match kwargs.iter_mut().find(|(k, _)| halite_proto::value::str_of(k) == Some(name)) {
+                let v = if no_parse.iter().any(|n| n == name) {
+                    s(value)
+                } else {
+                    yamlify_arg(value)
+                };
+                match kwargs
+                    .iter_mut()
+                    .find(|(k, _)| halite_proto::value::str_of(k) == Some(name))
+                {
                     Some(slot) => slot.1 = v,
                     None => kwargs.push((s(name), v)),
                 }
@@ -106,7 +115,10 @@ mod tests {
         assert_eq!(yamlify_arg("None"), Value::Nil);
         assert_eq!(yamlify_arg("1_000"), s("1_000"));
         assert_eq!(yamlify_arg("a: b"), s("a: b"));
-        assert_eq!(yamlify_arg("[1, 2]"), Value::Array(vec![Value::from(1), Value::from(2)]));
+        assert_eq!(
+            yamlify_arg("[1, 2]"),
+            Value::Array(vec![Value::from(1), Value::from(2)])
+        );
         assert_eq!(yamlify_arg("- x"), s("- x"));
         assert_eq!(yamlify_arg(""), s(""));
         assert_eq!(yamlify_arg("echo hi # c"), s("echo hi # c"));
@@ -127,7 +139,10 @@ mod tests {
         let got = parse_input(&args, &[]);
         assert_eq!(got[0], Value::from(1));
         assert_eq!(got[1], s("two"));
-        assert_eq!(got[2], Value::Map(vec![(s("__kwarg__"), Value::from(true)), (s("k"), s("v"))]));
+        assert_eq!(
+            got[2],
+            Value::Map(vec![(s("__kwarg__"), Value::from(true)), (s("k"), s("v"))])
+        );
         let jid = vec!["20261122070509000042".to_string()];
         assert_eq!(parse_input(&jid, &[]), vec![s("20261122070509000042")]);
     }

@@ -82,7 +82,10 @@ fn current_user() -> Option<String> {
         if pw.is_null() {
             return None;
         }
-        std::ffi::CStr::from_ptr((*pw).pw_name).to_str().ok().map(str::to_owned)
+        std::ffi::CStr::from_ptr((*pw).pw_name)
+            .to_str()
+            .ok()
+            .map(str::to_owned)
     }
 }
 
@@ -136,14 +139,28 @@ impl LocalClient {
             (s("jid"), s("")),
         ];
         if !req.kwargs.is_empty() {
-            load.push((s("kwargs"), Value::Map(req.kwargs.iter().map(|(k, v)| (s(k.clone()), v.clone())).collect())));
+            load.push((
+                s("kwargs"),
+                Value::Map(
+                    req.kwargs
+                        .iter()
+                        .map(|(k, v)| (s(k.clone()), v.clone()))
+                        .collect(),
+                ),
+            ));
         }
         load.push((s("user"), s(self.user.clone())));
-        let body = value::encode(&map([("enc", s("clear")), ("load", Value::Map(load)), ("version", Value::from(3))]));
+        let body = value::encode(&map([
+            ("enc", s("clear")),
+            ("load", Value::Map(load)),
+            ("version", Value::from(3)),
+        ]));
         let (ctx, endpoint) = (self.ctx.clone(), self.endpoint.clone());
-        let reply = tokio::task::spawn_blocking(move || halite_transport::client::request(&ctx, &endpoint, &body, PUBLISH_TIMEOUT))
-            .await
-            .map_err(|e| Error::BadReply(e.to_string()))?;
+        let reply = tokio::task::spawn_blocking(move || {
+            halite_transport::client::request(&ctx, &endpoint, &body, PUBLISH_TIMEOUT)
+        })
+        .await
+        .map_err(|e| Error::BadReply(e.to_string()))?;
         let reply = match reply {
             Ok(r) => r,
             Err(halite_transport::Error::Timeout(_)) => return Err(Error::Timeout),
@@ -210,7 +227,11 @@ impl LocalClient {
                 Err(_) => match probe.take() {
                     // The probe window ended: minions still running get more time.
                     Some((_, _, running)) => {
-                        let still: Vec<String> = pending.iter().filter(|m| running.contains(*m)).cloned().collect();
+                        let still: Vec<String> = pending
+                            .iter()
+                            .filter(|m| running.contains(*m))
+                            .cloned()
+                            .collect();
                         probe_results.clear();
                         if still.is_empty() {
                             for m in std::mem::take(&mut pending) {
@@ -232,8 +253,14 @@ impl LocalClient {
                             kwargs: vec![],
                         };
                         match self.publish(&req).await {
-                            Ok(PublishReply { jid: Some(pjid), .. }) => {
-                                probe = Some((pjid, Instant::now() + gather_job_timeout, BTreeSet::new()));
+                            Ok(PublishReply {
+                                jid: Some(pjid), ..
+                            }) => {
+                                probe = Some((
+                                    pjid,
+                                    Instant::now() + gather_job_timeout,
+                                    BTreeSet::new(),
+                                ));
                             }
                             _ => {
                                 for m in std::mem::take(&mut pending) {
@@ -251,7 +278,11 @@ impl LocalClient {
 
 fn names(v: Option<&Value>) -> Vec<String> {
     match v {
-        Some(Value::Array(a)) => a.iter().filter_map(value::str_of).map(str::to_owned).collect(),
+        Some(Value::Array(a)) => a
+            .iter()
+            .filter_map(value::str_of)
+            .map(str::to_owned)
+            .collect(),
         _ => vec![],
     }
 }
@@ -275,7 +306,9 @@ pub fn parse_publish_reply(reply: &Value) -> Result<PublishReply, Error> {
         }
     }
     Ok(PublishReply {
-        jid: value::get_str(load, "jid").filter(|j| !j.is_empty()).map(str::to_owned),
+        jid: value::get_str(load, "jid")
+            .filter(|j| !j.is_empty())
+            .map(str::to_owned),
         minions: names(value::get(load, "minions")),
         missing: names(value::get(load, "missing")),
         error: value::get_str(load, "error").map(str::to_owned),

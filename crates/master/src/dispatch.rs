@@ -22,8 +22,11 @@ pub const MAX_REQUEST_SIZE: usize = 64 << 20;
 type ClearHandler = fn(&Master, &Value) -> Value;
 
 /// The clear commands this master answers (`ClearFuncs`, plus `_auth`).
-const CLEAR_HANDLERS: &[(&str, ClearHandler)] =
-    &[("_auth", Master::handle_auth), ("publish", Master::handle_publish), ("ping", Master::handle_ping)];
+const CLEAR_HANDLERS: &[(&str, ClearHandler)] = &[
+    ("_auth", Master::handle_auth),
+    ("publish", Master::handle_publish),
+    ("ping", Master::handle_ping),
+];
 
 /// How an encrypted command's result is sent back.
 pub enum AesReply {
@@ -87,7 +90,11 @@ impl Master {
 
     fn dispatch(&self, body: &[u8]) -> Value {
         if body.len() > MAX_REQUEST_SIZE {
-            tracing::warn!(size = body.len(), limit = MAX_REQUEST_SIZE, "Request larger than the limit refused");
+            tracing::warn!(
+                size = body.len(),
+                limit = MAX_REQUEST_SIZE,
+                "Request larger than the limit refused"
+            );
             return bad_load();
         }
         let decoded = match value::decode(body) {
@@ -108,7 +115,11 @@ impl Master {
             Request::Clear { version, .. } | Request::Aes { version, .. } => *version,
         };
         if version < i64::from(self.cfg.minimum_auth_version) {
-            tracing::warn!(version, minimum = self.cfg.minimum_auth_version, "Request with a protocol version below minimum_auth_version refused");
+            tracing::warn!(
+                version,
+                minimum = self.cfg.minimum_auth_version,
+                "Request with a protocol version below minimum_auth_version refused"
+            );
             return bad_load();
         }
         match request {
@@ -122,7 +133,13 @@ impl Master {
                     }
                 }
             }
-            Request::Aes { id, blob, enc_algo, sig_algo, .. } => self.dispatch_aes(&id, &blob, enc_algo, sig_algo),
+            Request::Aes {
+                id,
+                blob,
+                enc_algo,
+                sig_algo,
+                ..
+            } => self.dispatch_aes(&id, &blob, enc_algo, sig_algo),
         }
     }
 
@@ -138,7 +155,9 @@ impl Master {
         let req = match envelope::open_aes_request(&session, id, blob) {
             Ok(r) => r,
             Err(e) => {
-                tracing::warn!("Failed to decrypt a request from {id}: {e}; asking it to re-authenticate");
+                tracing::warn!(
+                    "Failed to decrypt a request from {id}: {e}; asking it to re-authenticate"
+                );
                 return bad_load();
             }
         };
@@ -151,11 +170,22 @@ impl Master {
             return bad_load();
         }
         let cmd = value::get_str(&req.load, "cmd").unwrap_or("");
-        let call = AesCall { id, load: &req.load, nonce: req.nonce.as_deref(), key: &key, enc_algo, sig_algo };
+        let call = AesCall {
+            id,
+            load: &req.load,
+            nonce: req.nonce.as_deref(),
+            key: &key,
+            enc_algo,
+            sig_algo,
+        };
         let reply = match AES_HANDLERS.iter().find(|(name, _)| *name == cmd) {
             Some((_, handler)) => handler(self, &call),
             None => {
-                tracing::debug!(cmd, minion = id, "Unknown encrypted command answered with {{}}");
+                tracing::debug!(
+                    cmd,
+                    minion = id,
+                    "Unknown encrypted command answered with {{}}"
+                );
                 AesReply::Send(Value::Map(vec![]))
             }
         };
@@ -214,16 +244,33 @@ impl Master {
                 return envelope::ret_reply(&self.key, req, Value::from(false));
             }
         };
-        let decision = auth::decide(stored.as_ref().map(|(st, pem)| (*st, pem.as_str())), &req.pub_pem, policy);
+        let decision = auth::decide(
+            stored.as_ref().map(|(st, pem)| (*st, pem.as_str())),
+            &req.pub_pem,
+            policy,
+        );
         self.log_decision(id, stored.as_ref().map(|(st, _)| *st), decision);
         let persisted = match decision.store() {
             Store::Nothing => Ok(()),
-            Store::Key(state) => self.keys.store().put(id, state, &req.pub_pem).map_err(|e| e.to_string()),
+            Store::Key(state) => self
+                .keys
+                .store()
+                .put(id, state, &req.pub_pem)
+                .map_err(|e| e.to_string()),
             Store::MoveStored(state) => match &stored {
-                Some((_, pem)) => self.keys.store().put(id, state, pem).map_err(|e| e.to_string()),
+                Some((_, pem)) => self
+                    .keys
+                    .store()
+                    .put(id, state, pem)
+                    .map_err(|e| e.to_string()),
                 None => Ok(()),
             },
-            Store::AddDenied => self.keys.store().add_denied(id, &req.pub_pem).map(drop).map_err(|e| e.to_string()),
+            Store::AddDenied => self
+                .keys
+                .store()
+                .add_denied(id, &req.pub_pem)
+                .map(drop)
+                .map_err(|e| e.to_string()),
         };
         if let Err(e) = persisted {
             tracing::error!("Could not store the key of {id}: {e}");
@@ -231,7 +278,9 @@ impl Master {
         let reply = match decision {
             Decision::Accept { .. } => self.accept(req)?,
             Decision::Pend { .. } => envelope::ret_reply(&self.key, req, Value::from(true))?,
-            Decision::Reject { .. } | Decision::Deny => envelope::ret_reply(&self.key, req, Value::from(false))?,
+            Decision::Reject { .. } | Decision::Deny => {
+                envelope::ret_reply(&self.key, req, Value::from(false))?
+            }
             Decision::Full => envelope::ret_reply(&self.key, req, s("full"))?,
         };
         if self.cfg.auth_events {
@@ -294,24 +343,35 @@ impl Master {
     /// matches it as a glob, or as an anchored regex.
     fn listed_in(&self, file: Option<&std::path::Path>, id: &str) -> bool {
         let Some(path) = file else { return false };
-        let Ok(text) = std::fs::read_to_string(path) else { return false };
-        text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).any(|line| {
-            line == id
-                || halite_target::fnmatch::fnmatch(id, line)
-                || self.regex.re_fullmatch(line, id).unwrap_or(false)
-        })
+        let Ok(text) = std::fs::read_to_string(path) else {
+            return false;
+        };
+        text.lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .any(|line| {
+                line == id
+                    || halite_target::fnmatch::fnmatch(id, line)
+                    || self.regex.re_fullmatch(line, id).unwrap_or(false)
+            })
     }
 
     fn handle_publish(&self, load: &Value) -> Value {
         let mut load = load.clone();
         let key = value::remove(&mut load, "key");
         let user = value::get_str(&load, "user").unwrap_or("root").to_owned();
-        let authed = key.as_ref().and_then(value::str_of).is_some_and(|k| self.client_keys.iter().any(|(_, v)| v == k));
+        let authed = key
+            .as_ref()
+            .and_then(value::str_of)
+            .is_some_and(|k| self.client_keys.iter().any(|(_, v)| v == k));
         if !authed {
             tracing::warn!("Authentication failure of type \"user\" occurred.");
             return map([(
                 "error",
-                map([("name", s("AuthenticationError")), ("message", s("Authentication error occurred."))]),
+                map([
+                    ("name", s("AuthenticationError")),
+                    ("message", s("Authentication error occurred.")),
+                ]),
             )]);
         }
         match self.publish_job(load, &user) {
@@ -325,14 +385,26 @@ impl Master {
 
     fn publish_job(&self, load: Value, user: &str) -> Result<Value, String> {
         let tgt = value::get(&load, "tgt").cloned().unwrap_or(s(""));
-        let tgt_type = value::get_str(&load, "tgt_type").unwrap_or("glob").to_owned();
-        let fun = value::get(&load, "fun").cloned().ok_or("publish without fun")?;
-        let arg = value::get(&load, "arg").cloned().unwrap_or(Value::Array(vec![]));
-        let kwargs = value::get(&load, "kwargs").cloned().unwrap_or(Value::Map(vec![]));
-        let delimiter = value::get_str(&kwargs, "delimiter").unwrap_or(":").to_owned();
+        let tgt_type = value::get_str(&load, "tgt_type")
+            .unwrap_or("glob")
+            .to_owned();
+        let fun = value::get(&load, "fun")
+            .cloned()
+            .ok_or("publish without fun")?;
+        let arg = value::get(&load, "arg")
+            .cloned()
+            .unwrap_or(Value::Array(vec![]));
+        let kwargs = value::get(&load, "kwargs")
+            .cloned()
+            .unwrap_or(Value::Map(vec![]));
+        let delimiter = value::get_str(&kwargs, "delimiter")
+            .unwrap_or(":")
+            .to_owned();
         let (minions, missing) = self.expected_minions(&tgt, &tgt_type, &delimiter);
         if minions.is_empty() {
-            let shown = value::str_of(&tgt).map(str::to_owned).unwrap_or_else(|| format!("{tgt}"));
+            let shown = value::str_of(&tgt)
+                .map(str::to_owned)
+                .unwrap_or_else(|| format!("{tgt}"));
             return Ok(map([
                 ("enc", s("clear")),
                 (
@@ -340,7 +412,12 @@ impl Master {
                     map([
                         ("jid", Value::Nil),
                         ("minions", Value::Array(vec![])),
-                        ("error", s(format!("Master could not resolve minions for target {shown}"))),
+                        (
+                            "error",
+                            s(format!(
+                                "Master could not resolve minions for target {shown}"
+                            )),
+                        ),
                     ]),
                 ),
             ]));
@@ -379,7 +456,13 @@ impl Master {
         if let Some(to) = value::get(&load, "to") {
             pub_load.push((s("to"), to.clone()));
         }
-        for field in ["ret_config", "metadata", "module_executors", "executor_opts", "ret_kwargs"] {
+        for field in [
+            "ret_config",
+            "metadata",
+            "module_executors",
+            "executor_opts",
+            "ret_kwargs",
+        ] {
             if let Some(v) = value::get(&kwargs, field) {
                 pub_load.push((s(field), v.clone()));
             }
@@ -394,13 +477,28 @@ impl Master {
         if let Err(e) = self.local_cache.write_load(&jid, &saved, &minions) {
             tracing::warn!(%jid, "Could not write the job load to local_cache: {e}");
         }
-        self.jobs.send(JobOp::Load { jid: jid.clone(), load: saved, minions: minions.clone() });
-        tracing::info!("User {user} Published command {} with jid {jid}", value::str_of(&fun).unwrap_or("?"));
-        self.events.fire(&format!("salt/job/{jid}/publish"), pub_load.clone());
+        self.jobs.send(JobOp::Load {
+            jid: jid.clone(),
+            load: saved,
+            minions: minions.clone(),
+        });
+        tracing::info!(
+            "User {user} Published command {} with jid {jid}",
+            value::str_of(&fun).unwrap_or("?")
+        );
+        self.events
+            .fire(&format!("salt/job/{jid}/publish"), pub_load.clone());
         self.publisher.publish(pub_load)?;
         Ok(map([
             ("enc", s("clear")),
-            ("load", map([("jid", s(jid)), ("minions", names(&minions)), ("missing", names(&missing))])),
+            (
+                "load",
+                map([
+                    ("jid", s(jid)),
+                    ("minions", names(&minions)),
+                    ("missing", names(&missing)),
+                ]),
+            ),
         ]))
     }
 
@@ -408,43 +506,79 @@ impl Master {
 
     fn handle_return(&self, call: &AesCall<'_>) -> AesReply {
         let mut load = call.load.clone();
-        let (Some(jid), true) = (value::get_str(&load, "jid").map(str::to_owned), value::get(&load, "return").is_some()) else {
-            tracing::warn!(minion = call.id, "Return without jid or return field dropped");
+        let (Some(jid), true) = (
+            value::get_str(&load, "jid").map(str::to_owned),
+            value::get(&load, "return").is_some(),
+        ) else {
+            tracing::warn!(
+                minion = call.id,
+                "Return without jid or return field dropped"
+            );
             return AesReply::Send(Value::Nil);
         };
         let jid = if jid == "req" {
             let jid = self.next_jid();
             value::set(&mut load, "jid", s(jid.clone()));
             let job = map([
-                ("fun", value::get(&load, "fun").cloned().unwrap_or(Value::Nil)),
-                ("arg", value::get(&load, "fun_args").cloned().unwrap_or(Value::Array(vec![]))),
+                (
+                    "fun",
+                    value::get(&load, "fun").cloned().unwrap_or(Value::Nil),
+                ),
+                (
+                    "arg",
+                    value::get(&load, "fun_args")
+                        .cloned()
+                        .unwrap_or(Value::Array(vec![])),
+                ),
                 ("tgt", s(call.id)),
                 ("tgt_type", s("glob")),
                 ("jid", s(jid.clone())),
             ]);
-            self.jobs.send(JobOp::Load { jid: jid.clone(), load: job, minions: vec![call.id.to_owned()] });
+            self.jobs.send(JobOp::Load {
+                jid: jid.clone(),
+                load: job,
+                minions: vec![call.id.to_owned()],
+            });
             jid
         } else if halite_proto::jid::is_jid(&jid) {
             jid
         } else {
-            tracing::warn!(minion = call.id, "Return with an invalid jid {jid:?} dropped");
+            tracing::warn!(
+                minion = call.id,
+                "Return with an invalid jid {jid:?} dropped"
+            );
             return AesReply::Send(Value::Nil);
         };
         value::remove(&mut load, "sig");
-        self.events.fire(&format!("salt/job/{jid}/ret/{}", call.id), load.clone());
-        self.jobs.send(JobOp::Return { jid, id: call.id.to_owned(), load });
+        self.events
+            .fire(&format!("salt/job/{jid}/ret/{}", call.id), load.clone());
+        self.jobs.send(JobOp::Return {
+            jid,
+            id: call.id.to_owned(),
+            load,
+        });
         AesReply::Send(Value::Nil)
     }
 
     fn handle_pillar(&self, call: &AesCall<'_>) -> AesReply {
         if let Some(grains) = value::get(call.load, "grains") {
-            self.grains.write().unwrap_or_else(|e| e.into_inner()).insert(call.id.to_owned(), grains.clone());
+            self.grains
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(call.id.to_owned(), grains.clone());
         }
         let Some(nonce) = call.nonce else {
             return AesReply::Private(map([("error", s("Nonce not included in request"))]));
         };
         let pillar = Value::Map(vec![]);
-        match envelope::pillar_reply(&self.key, &call.key.public, call.enc_algo, call.sig_algo, &pillar, nonce) {
+        match envelope::pillar_reply(
+            &self.key,
+            &call.key.public,
+            call.enc_algo,
+            call.sig_algo,
+            &pillar,
+            nonce,
+        ) {
             Ok(v) => AesReply::Private(v),
             Err(e) => {
                 tracing::error!(minion = call.id, "Could not build the pillar reply: {e}");
@@ -458,16 +592,25 @@ impl Master {
         if let Some(Value::Array(events)) = value::get(load, "events") {
             let pretag = value::get_str(load, "pretag");
             for ev in events {
-                let Some(tag) = value::get_str(ev, "tag") else { continue };
+                let Some(tag) = value::get_str(ev, "tag") else {
+                    continue;
+                };
                 let data = value::get(ev, "data").unwrap_or(ev).clone();
                 if !matches!(data, Value::Map(_)) {
-                    tracing::warn!(minion = call.id, tag, "Event whose data is not a map dropped");
+                    tracing::warn!(
+                        minion = call.id,
+                        tag,
+                        "Event whose data is not a map dropped"
+                    );
                     continue;
                 }
                 if let Some(pre) = pretag {
                     self.events.fire(&format!("{pre}/{tag}"), data.clone());
                 }
-                if MINION_EVENT_BLACKLIST.iter().any(|b| halite_target::fnmatch::fnmatch(tag, b)) {
+                if MINION_EVENT_BLACKLIST
+                    .iter()
+                    .any(|b| halite_target::fnmatch::fnmatch(tag, b))
+                {
                     tracing::warn!("Filtering blacklisted event tag {tag}");
                     continue;
                 }

@@ -48,12 +48,19 @@ pub struct JobWriter {
 
 /// Unix seconds now (the writer's only clock).
 pub fn unix_now() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }
 
 impl JobWriter {
     /// Starts the writer thread.
-    pub fn spawn(store: Arc<dyn JobStore>, local: LocalCacheWriter, keep_jobs_seconds: u64) -> (Self, JoinHandle<()>) {
+    pub fn spawn(
+        store: Arc<dyn JobStore>,
+        local: LocalCacheWriter,
+        keep_jobs_seconds: u64,
+    ) -> (Self, JoinHandle<()>) {
         let (tx, rx) = sync_channel(QUEUE_CAPACITY);
         let h = std::thread::Builder::new()
             .name("job-cache".into())
@@ -105,7 +112,11 @@ fn write_batch(store: &dyn JobStore, local: &LocalCacheWriter, batch: &[JobOp]) 
                 }
             }
             JobOp::Return { jid, id, load } => {
-                returns.push(NewReturn { jid, minion_id: id, load });
+                returns.push(NewReturn {
+                    jid,
+                    minion_id: id,
+                    load,
+                });
                 if let Err(e) = local.write_return(jid, id, load) {
                     tracing::warn!(%jid, minion = %id, error = %e, "Could not write the return to local_cache");
                 }

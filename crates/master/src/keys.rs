@@ -30,7 +30,11 @@ pub struct AcceptedKey {
 impl AcceptedKey {
     fn new(pem: &str) -> Option<Self> {
         let public = PublicKey::from_pem(pem.as_bytes()).ok()?;
-        Some(Self { pem: clean_key(pem), public, verified_tok: Mutex::new(None) })
+        Some(Self {
+            pem: clean_key(pem),
+            public,
+            verified_tok: Mutex::new(None),
+        })
     }
 
     /// True when `tok` is this key's X9.31 signature of `b"salt"`.
@@ -67,7 +71,12 @@ pub struct KeyIndex {
     mtimes: Mutex<Vec<Option<SystemTime>>>,
 }
 
-const WATCHED: [KeyState; 4] = [KeyState::Accepted, KeyState::Pending, KeyState::Rejected, KeyState::Denied];
+const WATCHED: [KeyState; 4] = [
+    KeyState::Accepted,
+    KeyState::Pending,
+    KeyState::Rejected,
+    KeyState::Denied,
+];
 
 impl KeyIndex {
     /// Builds the index from the accepted keys on disk.
@@ -124,7 +133,11 @@ impl KeyIndex {
     pub fn refresh(&self) -> Vec<KeyChange> {
         let now: Vec<Option<SystemTime>> = WATCHED
             .iter()
-            .map(|s| std::fs::metadata(self.store.pki_dir().join(s.dir_name())).and_then(|m| m.modified()).ok())
+            .map(|s| {
+                std::fs::metadata(self.store.pki_dir().join(s.dir_name()))
+                    .and_then(|m| m.modified())
+                    .ok()
+            })
             .collect();
         {
             let mut last = self.mtimes.lock().unwrap_or_else(|e| e.into_inner());
@@ -136,8 +149,13 @@ impl KeyIndex {
         let on_disk: Vec<String> = self.store.list(KeyState::Accepted).unwrap_or_default();
         let mut changes = Vec::new();
         let mut map = self.accepted.write().unwrap_or_else(|e| e.into_inner());
-        let disk_set: std::collections::HashSet<&str> = on_disk.iter().map(String::as_str).collect();
-        let gone: Vec<String> = map.keys().filter(|k| !disk_set.contains(k.as_str())).cloned().collect();
+        let disk_set: std::collections::HashSet<&str> =
+            on_disk.iter().map(String::as_str).collect();
+        let gone: Vec<String> = map
+            .keys()
+            .filter(|k| !disk_set.contains(k.as_str()))
+            .cloned()
+            .collect();
         for id in gone {
             map.remove(&id);
             changes.push(KeyChange::Removed(id));
@@ -147,7 +165,10 @@ impl KeyIndex {
                 Ok(Some((KeyState::Accepted, pem))) => pem,
                 _ => continue,
             };
-            let changed = map.get(id).map(|k| k.pem != clean_key(&pem)).unwrap_or(true);
+            let changed = map
+                .get(id)
+                .map(|k| k.pem != clean_key(&pem))
+                .unwrap_or(true);
             if changed {
                 if let Some(k) = AcceptedKey::new(&pem) {
                     if map.insert(id.clone(), Arc::new(k)).is_none() {

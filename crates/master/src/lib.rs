@@ -91,12 +91,20 @@ pub struct Master {
 
 impl Master {
     fn next_jid(&self) -> String {
-        self.jids.lock().unwrap_or_else(|e| e.into_inner()).next(chrono::Utc::now())
+        self.jids
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .next(chrono::Utc::now())
     }
 
     /// The minions a publish is expected to reach, and listed ids that have no key
     /// (`CkMinions.check_minions` over the accepted keys and the grains cache).
-    fn expected_minions(&self, tgt: &Value, tgt_type: &str, delimiter: &str) -> (Vec<String>, Vec<String>) {
+    fn expected_minions(
+        &self,
+        tgt: &Value,
+        tgt_type: &str,
+        delimiter: &str,
+    ) -> (Vec<String>, Vec<String>) {
         let ids = self.keys.accepted_ids();
         let grains = self.grains.read().unwrap_or_else(|e| e.into_inner());
         let cache = GrainsCache(&grains);
@@ -108,7 +116,10 @@ impl Master {
             nodegroups: self.cfg.get("nodegroups"),
         };
         let r = ck.check_minions(tgt, tgt_type, delimiter, true);
-        (r.minions.into_iter().map(str::to_owned).collect(), r.missing)
+        (
+            r.minions.into_iter().map(str::to_owned).collect(),
+            r.missing,
+        )
     }
 
     /// Applies key-directory changes: drops session keys of removed minions, rotates the
@@ -118,7 +129,14 @@ impl Master {
         for change in changes {
             match change {
                 KeyChange::Accepted(id) => {
-                    self.events.fire("salt/key", map([("result", Value::from(true)), ("act", s("accept")), ("id", s(id))]));
+                    self.events.fire(
+                        "salt/key",
+                        map([
+                            ("result", Value::from(true)),
+                            ("act", s("accept")),
+                            ("id", s(id)),
+                        ]),
+                    );
                 }
                 KeyChange::Removed(id) => {
                     self.sessions.remove(&id);
@@ -127,14 +145,22 @@ impl Master {
                         Ok(Some((halite_proto::auth::KeyState::Rejected, _))) => "reject",
                         _ => "delete",
                     };
-                    self.events.fire("salt/key", map([("result", Value::from(true)), ("act", s(act)), ("id", s(id))]));
+                    self.events.fire(
+                        "salt/key",
+                        map([
+                            ("result", Value::from(true)),
+                            ("act", s(act)),
+                            ("id", s(id)),
+                        ]),
+                    );
                 }
             }
         }
         if rotate {
             tracing::info!("Rotating AES key");
             self.publisher.rotate();
-            self.events.fire("key", map([("rotate_aes_key", Value::from(true))]));
+            self.events
+                .fire("key", map([("rotate_aes_key", Value::from(true))]));
         }
     }
 }
@@ -156,7 +182,11 @@ impl halite_target::MinionDataCache for GrainsCache<'_> {
 }
 
 fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error) -> Error + 'a {
-    move |source| Error::Io { what, path: path.to_owned(), source }
+    move |source| Error::Io {
+        what,
+        path: path.to_owned(),
+        source,
+    }
 }
 
 /// Writes a fresh `cachedir/.<user>_key` for each local user allowed to publish, as
@@ -179,7 +209,8 @@ fn write_client_keys(cfg: &MasterConfig) -> Result<Vec<(String, String)>, Error>
             .mode(0o600)
             .open(&path)
             .map_err(io_err("cannot write", &path))?;
-        f.write_all(key.as_bytes()).map_err(io_err("cannot write", &path))?;
+        f.write_all(key.as_bytes())
+            .map_err(io_err("cannot write", &path))?;
         out.push((user, key));
     }
     Ok(out)
@@ -193,7 +224,10 @@ fn current_user() -> Option<String> {
         if pw.is_null() {
             return None;
         }
-        std::ffi::CStr::from_ptr((*pw).pw_name).to_str().ok().map(str::to_owned)
+        std::ffi::CStr::from_ptr((*pw).pw_name)
+            .to_str()
+            .ok()
+            .map(str::to_owned)
     }
 }
 
@@ -213,10 +247,15 @@ pub async fn run(cfg: MasterConfig, shutdown: CancellationToken) -> Result<(), E
     make_dir(&cfg.sock_dir, 0o750)?;
     let store = KeyStore::open(&cfg.pki_dir).map_err(|e| Error::Keys(e.to_string()))?;
     let master_id = cfg.id.strip_suffix("_master").unwrap_or(&cfg.id).to_owned();
-    let (key, pub_clean) =
-        store.load_or_create_master_keys(&master_id, cfg.keysize).map_err(|e| Error::Keys(e.to_string()))?;
+    let (key, pub_clean) = store
+        .load_or_create_master_keys(&master_id, cfg.keysize)
+        .map_err(|e| Error::Keys(e.to_string()))?;
 
-    let bus_server = halite_bus::BusServer::bind(&halite_bus::BusSockets::master(&cfg.sock_dir), cfg.max_event_size as usize).await?;
+    let bus_server = halite_bus::BusServer::bind(
+        &halite_bus::BusSockets::master(&cfg.sock_dir),
+        cfg.max_event_size as usize,
+    )
+    .await?;
     let bus = bus_server.handle();
     let bus_task = tokio::spawn(bus_server.run(shutdown.child_token()));
 
@@ -227,20 +266,26 @@ pub async fn run(cfg: MasterConfig, shutdown: CancellationToken) -> Result<(), E
 
     let job_store = Arc::new(RedbJobStore::open(cfg.cachedir.join("jobs.redb"))?);
     let hash_type: HashType = cfg.hash_type.parse().unwrap_or_default();
-    let (jobs, jobs_thread) = JobWriter::spawn(job_store, LocalCacheWriter::new(&cfg.cachedir, hash_type), cfg.keep_jobs_seconds);
+    let (jobs, jobs_thread) = JobWriter::spawn(
+        job_store,
+        LocalCacheWriter::new(&cfg.cachedir, hash_type),
+        cfg.keep_jobs_seconds,
+    );
 
     let zcfg = ZmqServerConfig::new(&cfg.interface, cfg.ipv6, cfg.ret_port, cfg.publish_port);
     let (transport, incoming) = ZmqServer::bind(&zcfg)?;
     let transport = Arc::new(transport);
     let signer = cfg.sign_pub_messages.then(|| {
-        let algo = SigAlgo::parse(cfg.publish_signing_algorithm.as_str()).unwrap_or(SigAlgo::Pkcs1v15Sha1);
+        let algo =
+            SigAlgo::parse(cfg.publish_signing_algorithm.as_str()).unwrap_or(SigAlgo::Pkcs1v15Sha1);
         (key.clone(), algo)
     });
     let publisher = Publisher::new(transport.clone() as Arc<dyn ServerTransport>, signer);
 
     let master = Arc::new(Master {
         client_keys: write_client_keys(&cfg)?,
-        sessions: Sessions::new(&cfg.cachedir, cfg.publish_session).map_err(io_err("cannot create sessions in", &cfg.cachedir))?,
+        sessions: Sessions::new(&cfg.cachedir, cfg.publish_session)
+            .map_err(io_err("cannot create sessions in", &cfg.cachedir))?,
         keys: KeyIndex::load(store),
         local_cache: LocalCacheWriter::new(&cfg.cachedir, hash_type),
         key,

@@ -54,7 +54,13 @@ fn main() -> ExitCode {
     );
     let log_file = std::path::Path::new(&cfg.log_file);
     let file = log_file.parent().map(std::fs::create_dir_all);
-    let file = file.and_then(|_| std::fs::OpenOptions::new().create(true).append(true).open(log_file).ok());
+    let file = file.and_then(|_| {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log_file)
+            .ok()
+    });
     let file_layer = file.map(|f| {
         tracing_subscriber::fmt::layer()
             .with_writer(std::sync::Mutex::new(f))
@@ -62,14 +68,22 @@ fn main() -> ExitCode {
             .with_filter(EnvFilter::new(file_level))
     });
     tracing_subscriber::registry()
-        .with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_filter(EnvFilter::new(console)))
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_filter(EnvFilter::new(console)),
+        )
         .with(file_layer)
         .init();
     for unknown in cfg.unknown_options() {
         tracing::debug!("Unknown configuration option {unknown:?} ignored");
     }
 
-    let runtime = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("halite-master: cannot start the runtime: {e}");

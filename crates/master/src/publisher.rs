@@ -28,12 +28,23 @@ pub struct Publisher {
 impl Publisher {
     /// A publisher with a fresh AES key. `signer` is set when `sign_pub_messages` is on.
     pub fn new(transport: Arc<dyn ServerTransport>, signer: Option<(PrivateKey, SigAlgo)>) -> Self {
-        Self { transport, signer, state: Mutex::new(State { aes: Arc::new(Crypticle::generate()), serial: 0 }) }
+        Self {
+            transport,
+            signer,
+            state: Mutex::new(State {
+                aes: Arc::new(Crypticle::generate()),
+                serial: 0,
+            }),
+        }
     }
 
     /// The current AES key string (for auth replies).
     pub fn aes(&self) -> Arc<Crypticle> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner()).aes.clone()
+        self.state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .aes
+            .clone()
     }
 
     /// Publishes `load` (a map) with the next serial.

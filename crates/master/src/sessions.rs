@@ -25,11 +25,17 @@ impl Sessions {
     pub fn new(cachedir: &Path, publish_session: u64) -> std::io::Result<Self> {
         let dir = cachedir.join("sessions");
         std::fs::create_dir_all(&dir)?;
-        Ok(Self { dir, ttl: Duration::from_secs(publish_session.max(1)), map: RwLock::new(HashMap::new()) })
+        Ok(Self {
+            dir,
+            ttl: Duration::from_secs(publish_session.max(1)),
+            map: RwLock::new(HashMap::new()),
+        })
     }
 
     fn fresh(&self, made: SystemTime, now: SystemTime) -> bool {
-        now.duration_since(made).map(|age| age < self.ttl).unwrap_or(true)
+        now.duration_since(made)
+            .map(|age| age < self.ttl)
+            .unwrap_or(true)
     }
 
     /// The current session key of `id`, if it has a fresh one (memory, then its file).
@@ -46,7 +52,10 @@ impl Sessions {
             return None;
         }
         let c = Arc::new(Crypticle::new(&std::fs::read_to_string(&path).ok()?).ok()?);
-        self.map.write().ok()?.insert(id.to_owned(), (c.clone(), made));
+        self.map
+            .write()
+            .ok()?
+            .insert(id.to_owned(), (c.clone(), made));
         Some(c)
     }
 
@@ -58,16 +67,27 @@ impl Sessions {
         let c = Arc::new(Crypticle::generate());
         let path = self.dir.join(id);
         let tmp = self.dir.join(format!(".{id}.tmp"));
-        let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&tmp)?;
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)?;
         f.write_all(c.key_string().as_bytes())?;
         std::fs::rename(&tmp, &path)?;
-        self.map.write().unwrap_or_else(|e| e.into_inner()).insert(id.to_owned(), (c.clone(), now));
+        self.map
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id.to_owned(), (c.clone(), now));
         Ok(c)
     }
 
     /// Forgets `id`'s session key (its key was deleted or rejected).
     pub fn remove(&self, id: &str) {
-        self.map.write().unwrap_or_else(|e| e.into_inner()).remove(id);
+        self.map
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(id);
         let _ = std::fs::remove_file(self.dir.join(id));
     }
 }
@@ -87,6 +107,9 @@ mod tests {
         assert!(b.get("m1", now + Duration::from_secs(120)).is_none());
         assert!(b.get("other", now).is_none());
         b.remove("m1");
-        assert!(Sessions::new(dir.path(), 60).unwrap().get("m1", now).is_none());
+        assert!(Sessions::new(dir.path(), 60)
+            .unwrap()
+            .get("m1", now)
+            .is_none());
     }
 }

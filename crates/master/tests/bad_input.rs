@@ -13,7 +13,13 @@ use std::time::Duration;
 
 fn request(port: u16, body: &[u8]) -> Option<Vec<u8>> {
     let ctx = zmq::Context::new();
-    halite_transport::client::request(&ctx, &format!("tcp://127.0.0.1:{port}"), body, Duration::from_secs(30)).ok()
+    halite_transport::client::request(
+        &ctx,
+        &format!("tcp://127.0.0.1:{port}"),
+        body,
+        Duration::from_secs(30),
+    )
+    .ok()
 }
 
 fn reply_is_bad_load(reply: &[u8]) -> bool {
@@ -32,25 +38,54 @@ fn malformed_input_is_logged_and_the_master_keeps_serving() {
     let port = root.ret_port();
 
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
-        ("garbage bytes", b"\xc1\xff garbage".to_vec(), "Undecodable request"),
-        ("msgpack without load", value::encode(&map([("enc", s("clear"))])), "Malformed request"),
-        ("unknown enc", value::encode(&map([("enc", s("rot13")), ("load", map([("cmd", s("x"))])), ("version", Value::from(3))])), "Malformed request"),
+        (
+            "garbage bytes",
+            b"\xc1\xff garbage".to_vec(),
+            "Undecodable request",
+        ),
+        (
+            "msgpack without load",
+            value::encode(&map([("enc", s("clear"))])),
+            "Malformed request",
+        ),
+        (
+            "unknown enc",
+            value::encode(&map([
+                ("enc", s("rot13")),
+                ("load", map([("cmd", s("x"))])),
+                ("version", Value::from(3)),
+            ])),
+            "Malformed request",
+        ),
         (
             "request encrypted with a wrong key",
             value::encode(&map([
                 ("enc", s("aes")),
-                ("load", bin(Crypticle::generate().dumps(&map([("cmd", s("_return")), ("id", s("b1"))]), None).unwrap())),
+                (
+                    "load",
+                    bin(Crypticle::generate()
+                        .dumps(&map([("cmd", s("_return")), ("id", s("b1"))]), None)
+                        .unwrap()),
+                ),
                 ("version", Value::from(3)),
                 ("id", s("b1")),
             ])),
             "Failed to decrypt a request from b1",
         ),
-        ("oversized request", vec![0x90; 65 << 20], "Request larger than the limit refused"),
+        (
+            "oversized request",
+            vec![0x90; 65 << 20],
+            "Request larger than the limit refused",
+        ),
     ];
     for (what, body, line) in cases {
         let offset = file_len(&log);
         let reply = request(port, &body).unwrap_or_else(|| panic!("{what}: no reply"));
-        assert!(reply_is_bad_load(&reply), "{what}: reply {:?}", value::decode(&reply));
+        assert!(
+            reply_is_bad_load(&reply),
+            "{what}: reply {:?}",
+            value::decode(&reply)
+        );
         wait_for_log_from(&log, offset, line, Duration::from_secs(20));
     }
 
@@ -64,7 +99,12 @@ fn malformed_input_is_logged_and_the_master_keeps_serving() {
         greeting.extend_from_slice(&[4, 5, b'R', b'E', b'A', b'D', b'Y']);
         greeting.extend_from_slice(&[0xff; 20]);
         conn.write_all(&greeting).unwrap();
-        wait_for_log_from(&log, offset, "ZMTP handshake with a peer", Duration::from_secs(20));
+        wait_for_log_from(
+            &log,
+            offset,
+            "ZMTP handshake with a peer",
+            Duration::from_secs(20),
+        );
     }
 
     // Garbage on the event bus sockets.
@@ -81,9 +121,16 @@ fn malformed_input_is_logged_and_the_master_keeps_serving() {
 #[test]
 fn bad_config_value_exits_nonzero_naming_the_option() {
     let root = TempRoot::with_master_extra("publish_port: not-a-port\n");
-    let out = run(halite_bin("halite-master"), ["-c", root.master_config_dir().to_str().unwrap()], Duration::from_secs(30));
+    let out = run(
+        halite_bin("halite-master"),
+        ["-c", root.master_config_dir().to_str().unwrap()],
+        Duration::from_secs(30),
+    );
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("publish_port"), "{err}");
-    assert!(err.contains(&root.master_config_file().display().to_string()), "{err}");
+    assert!(
+        err.contains(&root.master_config_file().display().to_string()),
+        "{err}"
+    );
 }

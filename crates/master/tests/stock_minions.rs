@@ -49,7 +49,11 @@ fn stock_minions_join_after_halite_key_accepts_them_and_run_jobs() {
     let out = run_stock_salt(&root, ["*", "test.ping", "--out", "json", "-t", "20"]);
     let stock_pings = json_returns(&out.stdout);
     for id in ids {
-        assert_eq!(stock_pings.get(id), Some(&Value::Bool(true)), "stock salt: {stock_pings:?}");
+        assert_eq!(
+            stock_pings.get(id),
+            Some(&Value::Bool(true)),
+            "stock salt: {stock_pings:?}"
+        );
     }
     let stock = run_stock_salt_key(&root, ["-L", "--out", "json"]);
     let stock: Value = serde_json::from_slice(&stock.stdout).expect("salt-key -L --out json");
@@ -62,8 +66,14 @@ fn restarted_master_keeps_keys_and_returns_and_minions_come_back() {
     let mut master = start_halite_master(&root);
     wait_for_port(root.ret_port(), Duration::from_secs(30));
     let _m = start_stock_minion(&root, "r1");
-    assert!(wait_until(JOIN, || ids_in(&key_lists(&root), "minions_pre") == ["r1"]));
-    assert_success("halite-key -a r1 -y", &run_halite_key(&root, ["-a", "r1", "-y"]));
+    assert!(wait_until(JOIN, || ids_in(
+        &key_lists(&root),
+        "minions_pre"
+    ) == ["r1"]));
+    assert_success(
+        "halite-key -a r1 -y",
+        &run_halite_key(&root, ["-a", "r1", "-y"]),
+    );
     wait_for_pings(&root, &["r1"]);
 
     let out = run_halite(&root, ["-v", "r1", "test.echo", "before-restart"]);
@@ -77,12 +87,24 @@ fn restarted_master_keeps_keys_and_returns_and_minions_come_back() {
     master.stop();
     let mut _master = start_halite_master(&root);
     wait_for_port(root.ret_port(), Duration::from_secs(30));
-    assert_eq!(ids_in(&key_lists(&root), "minions"), ["r1"], "accepted key lost over restart");
+    assert_eq!(
+        ids_in(&key_lists(&root), "minions"),
+        ["r1"],
+        "accepted key lost over restart"
+    );
 
     // The stored return is still in the job cache (read by stock salt-run from local_cache).
-    let out = run_stock(&root, "salt-run", ["jobs.lookup_jid", jid.as_str(), "--out", "json"]);
+    let out = run_stock(
+        &root,
+        "salt-run",
+        ["jobs.lookup_jid", jid.as_str(), "--out", "json"],
+    );
     let stored = json_returns(&out.stdout);
-    assert_eq!(stored.get("r1"), Some(&json!("before-restart")), "salt-run jobs.lookup_jid: {stored:?}");
+    assert_eq!(
+        stored.get("r1"),
+        Some(&json!("before-restart")),
+        "salt-run jobs.lookup_jid: {stored:?}"
+    );
 
     // The stock minion re-authenticates by itself and the next job succeeds.
     wait_for_pings(&root, &["r1"]);
@@ -95,7 +117,12 @@ fn changed_rejected_and_deleted_keys_run_nothing() {
     wait_for_port(root.ret_port(), Duration::from_secs(30));
     let ids = ["keep", "changed", "rejected", "deleted"];
     let mut minions: Vec<Proc> = ids.iter().map(|id| start_stock_minion(&root, id)).collect();
-    assert!(wait_until(JOIN, || ids_in(&key_lists(&root), "minions_pre").len() == 4));
+    assert!(wait_until(JOIN, || ids_in(
+        &key_lists(&root),
+        "minions_pre"
+    )
+    .len()
+        == 4));
     assert_success("halite-key -A -y", &run_halite_key(&root, ["-A", "-y"]));
     wait_for_pings(&root, &ids);
 
@@ -107,22 +134,35 @@ fn changed_rejected_and_deleted_keys_run_nothing() {
     }
     let _changed = start_stock_minion(&root, "changed");
     let denied = root.master_pki_dir().join("minions_denied").join("changed");
-    assert!(wait_until(JOIN, || denied.exists()), "changed key never landed in minions_denied");
+    assert!(
+        wait_until(JOIN, || denied.exists()),
+        "changed key never landed in minions_denied"
+    );
     wait_for_log(&root.master_log(), "the public keys did not match", JOIN);
     assert!(ids_in(&key_lists(&root), "minions_denied").contains(&"changed".to_owned()));
 
     // Rejected and deleted keys: the master rotates its AES key, so they can no longer read
     // publishes.
     let log_offset = file_len(&root.master_log());
-    assert_success("halite-key -r", &run_halite_key(&root, ["-r", "rejected", "--include-accepted", "-y"]));
-    assert_success("halite-key -d", &run_halite_key(&root, ["-d", "deleted", "-y"]));
+    assert_success(
+        "halite-key -r",
+        &run_halite_key(&root, ["-r", "rejected", "--include-accepted", "-y"]),
+    );
+    assert_success(
+        "halite-key -d",
+        &run_halite_key(&root, ["-d", "deleted", "-y"]),
+    );
     wait_for_log_from(&root.master_log(), log_offset, "Rotating AES key", JOIN);
 
     let pings = halite_json(&root, &["*", "test.ping", "-t", "5"]);
     assert_eq!(pings.get("keep"), Some(&Value::Bool(true)), "{pings:?}");
     // `changed` is still expected (its old key is accepted) and shows "did not return";
     // the others are no longer expected and must not answer at all.
-    assert_ne!(pings.get("changed"), Some(&Value::Bool(true)), "changed ran a job: {pings:?}");
+    assert_ne!(
+        pings.get("changed"),
+        Some(&Value::Bool(true)),
+        "changed ran a job: {pings:?}"
+    );
     for id in ["rejected", "deleted"] {
         assert!(!pings.contains_key(id), "{id} ran a job: {pings:?}");
     }

@@ -22,6 +22,7 @@ pub mod crypticle;
 pub mod envelope;
 pub mod event;
 pub mod jid;
+pub mod minion;
 pub mod pem;
 pub mod rsa;
 pub mod value;

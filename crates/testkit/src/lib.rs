@@ -38,5 +38,5 @@ pub use starters::{
     assert_success, json_documents, json_returns, run_halite, run_halite_key, run_stock,
     run_stock_salt, run_stock_salt_call, run_stock_salt_key, start_halite_master,
     start_halite_minion, start_stock_master, start_stock_minion, stock_command, wait_for_port,
-    TIMEOUT,
+    STOCK_STOP_GRACE, TIMEOUT,
 };

@@ -72,7 +72,10 @@ pub fn free_ports(n: usize) -> Vec<u16> {
         out.push(port);
     }
     if out.len() < n {
-        panic!("only {} of {n} free ports found in {LOW}..{high}", out.len());
+        panic!(
+            "only {} of {n} free ports found in {LOW}..{high}",
+            out.len()
+        );
     }
     out
 }

@@ -31,11 +31,13 @@ const POLL: Duration = Duration::from_millis(50);
 ///
 /// Drop freezes the tree (SIGSTOP, so nothing forks or leaves the group meanwhile), sends
 /// SIGTERM and SIGCONT to every process of it, waits up to [`STOP_GRACE`] for all to exit,
-/// then kills what is left with SIGKILL. Declare a `Proc` after the [`crate::TempRoot`] it
+/// (or the time set with [`Proc::with_stop_grace`]) for all to exit, then kills what is
+/// left with SIGKILL. Declare a `Proc` after the [`crate::TempRoot`] it
 /// runs in, so it is dropped (stopped) before the directory is removed.
 pub struct Proc {
     name: String,
     group: Group,
+    grace: Duration,
     stdout_path: PathBuf,
     stderr_path: PathBuf,
 }
@@ -58,9 +60,16 @@ impl Proc {
         Proc {
             name: name.to_owned(),
             group,
+            grace: STOP_GRACE,
             stdout_path,
             stderr_path,
         }
+    }
+
+    /// Sets the time between SIGTERM and SIGKILL when stopping (default [`STOP_GRACE`]).
+    pub fn with_stop_grace(mut self, grace: Duration) -> Proc {
+        self.grace = grace;
+        self
     }
 
     /// The name given to [`Proc::spawn`].
@@ -113,14 +122,18 @@ impl Proc {
         }) {
             return None;
         }
-        Some(self.group.kill().unwrap_or_else(|e| panic!("cannot reap {}: {e}", self.name)))
+        Some(
+            self.group
+                .kill()
+                .unwrap_or_else(|e| panic!("cannot reap {}: {e}", self.name)),
+        )
     }
 
     /// Stops the child like drop does (SIGTERM, grace period, SIGKILL) and returns its
     /// status.
     pub fn stop(&mut self) -> ExitStatus {
         self.group
-            .stop(STOP_GRACE)
+            .stop(self.grace)
             .unwrap_or_else(|e| panic!("cannot reap {}: {e}", self.name))
     }
 
@@ -136,7 +149,7 @@ impl Proc {
 impl Drop for Proc {
     fn drop(&mut self) {
         // Errors here only mean the child was already reaped; nothing is left to clean up.
-        let _ = self.group.stop(STOP_GRACE);
+        let _ = self.group.stop(self.grace);
     }
 }
 
@@ -176,7 +189,10 @@ pub fn run_command(cmd: Command, timeout: Duration) -> Output {
     let desc = format!("{cmd:?}");
     let mut stdout = tempfile::tempfile().unwrap_or_else(|e| panic!("temp file: {e}"));
     let mut stderr = tempfile::tempfile().unwrap_or_else(|e| panic!("temp file: {e}"));
-    let clone = |f: &File| f.try_clone().unwrap_or_else(|e| panic!("dup temp file: {e}"));
+    let clone = |f: &File| {
+        f.try_clone()
+            .unwrap_or_else(|e| panic!("dup temp file: {e}"))
+    };
     let mut group = Group::spawn(cmd, clone(&stdout), clone(&stderr))
         .unwrap_or_else(|e| panic!("cannot start {desc}: {e}"));
     let exited = wait_until(timeout, || {
@@ -496,7 +512,10 @@ mod tests {
         let rest = "0 0 -1 4194304 1 0 0 0 0 0 0 0 20 0 1 0 777 1000 10";
         let cases = [
             (format!("42 (sleep) S 1 42 {rest}"), Some(('S', 1, 42, 777))),
-            (format!("7 (salt-minion (x) y) Z 3 5 {rest}"), Some(('Z', 3, 5, 777))),
+            (
+                format!("7 (salt-minion (x) y) Z 3 5 {rest}"),
+                Some(('Z', 3, 5, 777)),
+            ),
             (format!("9 (a b) T 2 9 {rest}"), Some(('T', 2, 9, 777))),
             ("9 (a) R 2 9 0".to_owned(), None),
             ("garbage".to_owned(), None),
@@ -517,7 +536,11 @@ mod tests {
 
     #[test]
     fn run_captures_output_and_status() {
-        let out = run("sh", ["-c", "echo out; echo err >&2; exit 3"], Duration::from_secs(30));
+        let out = run(
+            "sh",
+            ["-c", "echo out; echo err >&2; exit 3"],
+            Duration::from_secs(30),
+        );
         assert_eq!(out.status.code(), Some(3));
         assert_eq!(out.stdout, b"out\n");
         assert_eq!(out.stderr, b"err\n");
@@ -526,7 +549,11 @@ mod tests {
     #[test]
     fn run_kills_and_panics_on_timeout() {
         let err = std::panic::catch_unwind(|| {
-            run("sh", ["-c", "echo started; sleep 600"], Duration::from_millis(300))
+            run(
+                "sh",
+                ["-c", "echo started; sleep 600"],
+                Duration::from_millis(300),
+            )
         })
         .unwrap_err();
         let msg = err.downcast_ref::<String>().unwrap();
@@ -537,7 +564,11 @@ mod tests {
     #[test]
     fn run_does_not_wait_for_background_grandchildren() {
         // The grandchild keeps the output file open; a pipe-based capture would hang here.
-        let out = run("sh", ["-c", "sleep 600 & echo done"], Duration::from_secs(30));
+        let out = run(
+            "sh",
+            ["-c", "sleep 600 & echo done"],
+            Duration::from_secs(30),
+        );
         assert!(out.status.success());
         assert_eq!(out.stdout, b"done\n");
     }
@@ -555,7 +586,10 @@ mod tests {
         drop(proc);
         for s in before {
             let now = read_stat(s.pid);
-            assert!(now.is_none_or(|n| n.is_dead() || n.start != s.start), "{now:?} survived");
+            assert!(
+                now.is_none_or(|n| n.is_dead() || n.start != s.start),
+                "{now:?} survived"
+            );
         }
     }
 
@@ -617,7 +651,10 @@ mod tests {
         .unwrap_err();
         assert!(err.downcast_ref::<String>().unwrap().contains("last lines"));
         std::fs::write(&path, "ready\nready again\n").unwrap();
-        assert_eq!(wait_for_log_from(&path, first, "ready", Duration::from_secs(5)), 11);
+        assert_eq!(
+            wait_for_log_from(&path, first, "ready", Duration::from_secs(5)),
+            11
+        );
     }
 
     #[test]

@@ -119,8 +119,18 @@ impl TempRoot {
     /// When `extra_yaml` is not a YAML mapping or the file cannot be written.
     pub fn write_master_config(&self, extra_yaml: &str) {
         let r = self.master_root();
-        let r = r.to_str().unwrap_or_else(|| panic!("non-UTF-8 temp path {}", r.display()));
-        for sub in ["pki", "cache", "sock", "run", "log", "srv/salt", "srv/pillar"] {
+        let r = r
+            .to_str()
+            .unwrap_or_else(|| panic!("non-UTF-8 temp path {}", r.display()));
+        for sub in [
+            "pki",
+            "cache",
+            "sock",
+            "run",
+            "log",
+            "srv/salt",
+            "srv/pillar",
+        ] {
             mkdirs(&Path::new(r).join(sub));
         }
         let defaults = json!({
@@ -161,8 +171,18 @@ impl TempRoot {
     /// `extra_yaml` is not a YAML mapping, or a file cannot be written.
     pub fn add_minion_with(&self, id: &str, extra_yaml: &str) -> PathBuf {
         let dir = self.minion_config_dir(id);
-        let r = dir.to_str().unwrap_or_else(|| panic!("non-UTF-8 temp path {}", dir.display()));
-        for sub in ["pki", "cache", "sock", "run", "log", "srv/salt", "srv/pillar"] {
+        let r = dir
+            .to_str()
+            .unwrap_or_else(|| panic!("non-UTF-8 temp path {}", dir.display()));
+        for sub in [
+            "pki",
+            "cache",
+            "sock",
+            "run",
+            "log",
+            "srv/salt",
+            "srv/pillar",
+        ] {
             mkdirs(&Path::new(r).join(sub));
         }
         let defaults = json!({
@@ -228,7 +248,11 @@ impl TempRoot {
         let mut files = vec![self.master_log()];
         let mut minions: Vec<PathBuf> = read_dir_sorted(&self.path)
             .into_iter()
-            .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("minion-")))
+            .filter(|p| {
+                p.file_name()
+                    .and_then(|n| n.to_str())
+                    .is_some_and(|n| n.starts_with("minion-"))
+            })
             .map(|p| p.join("log").join("minion"))
             .collect();
         files.append(&mut minions);
@@ -363,10 +387,18 @@ mod tests {
         let conf = load(&root.master_config_file());
         let r = root.master_root().to_str().unwrap().to_owned();
         assert_eq!(get(&conf, "interface").as_str(), Some("127.0.0.1"));
-        assert_eq!(get(&conf, "ret_port").as_u64(), Some(u64::from(root.ret_port())));
-        assert_eq!(get(&conf, "publish_port").as_u64(), Some(u64::from(root.publish_port())));
+        assert_eq!(
+            get(&conf, "ret_port").as_u64(),
+            Some(u64::from(root.ret_port()))
+        );
+        assert_eq!(
+            get(&conf, "publish_port").as_u64(),
+            Some(u64::from(root.publish_port()))
+        );
         assert_ne!(root.ret_port(), root.publish_port());
-        for key in ["root_dir", "pki_dir", "cachedir", "sock_dir", "log_file", "pidfile"] {
+        for key in [
+            "root_dir", "pki_dir", "cachedir", "sock_dir", "log_file", "pidfile",
+        ] {
             assert!(get(&conf, key).as_str().unwrap().starts_with(&r), "{key}");
         }
         assert_eq!(get(&conf, "user").as_str(), Some(current_user().as_str()));
@@ -377,10 +409,17 @@ mod tests {
     fn sock_dirs_leave_room_for_socket_names() {
         let root = TempRoot::new();
         root.add_minion("a-rather-long-minion-id-0001");
-        let conf = load(&root.minion_config_dir("a-rather-long-minion-id-0001").join("minion"));
+        let conf = load(
+            &root
+                .minion_config_dir("a-rather-long-minion-id-0001")
+                .join("minion"),
+        );
         let sock = get(&conf, "sock_dir").as_str().unwrap();
         // Salt's longest socket name in sock_dir is minion_event_<10 hex>_pull.ipc.
-        assert!(sock.len() + "/minion_event_0123456789_pull.ipc".len() < 108, "{sock}");
+        assert!(
+            sock.len() + "/minion_event_0123456789_pull.ipc".len() < 108,
+            "{sock}"
+        );
     }
 
     #[test]
@@ -401,7 +440,10 @@ mod tests {
         assert!(!root.has_minion("m2"));
         let conf = load(&dir.join("minion"));
         assert_eq!(get(&conf, "id").as_str(), Some("m1"));
-        assert_eq!(get(&conf, "master_port").as_u64(), Some(u64::from(root.ret_port())));
+        assert_eq!(
+            get(&conf, "master_port").as_u64(),
+            Some(u64::from(root.ret_port()))
+        );
         assert_eq!(get(&conf, "acceptance_wait_time").as_u64(), Some(1));
         assert_eq!(get(&conf, "random_reauth_delay").as_u64(), Some(0));
         assert!(get(&conf, "grains").as_mapping().is_some());
@@ -432,7 +474,11 @@ mod tests {
     fn root_is_short_and_removed_on_drop() {
         let root = TempRoot::new();
         let path = root.path().to_path_buf();
-        assert!(path.to_str().unwrap().starts_with("/tmp/hl-"), "{}", path.display());
+        assert!(
+            path.to_str().unwrap().starts_with("/tmp/hl-"),
+            "{}",
+            path.display()
+        );
         assert!(path.as_os_str().len() <= 20, "{}", path.display());
         drop(root);
         assert!(!path.exists());

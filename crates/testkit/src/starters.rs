@@ -17,6 +17,11 @@ use crate::root::TempRoot;
 /// command. Reaching it fails the test; it is not a pacing delay.
 pub const TIMEOUT: Duration = Duration::from_secs(120);
 
+/// Stop grace of stock daemons started here. Their orderly shutdown takes about 6 s
+/// (connected `salt-minion`) or never ends (a `salt-minion` still looking for its master),
+/// and it is not what Halite's tests examine, so they get SIGKILL after this.
+pub const STOCK_STOP_GRACE: Duration = Duration::from_secs(3);
+
 /// `<venv>/bin/<program> -c <master config dir>`: a stock master-side program (`salt`,
 /// `salt-key`, `salt-run`, `salt-master`) ready for more arguments.
 pub fn stock_command(root: &TempRoot, program: &str) -> Command {
@@ -32,6 +37,7 @@ pub fn start_stock_master(root: &TempRoot) -> Proc {
         &root.procs_dir(),
         "salt-master",
     )
+    .with_stop_grace(STOCK_STOP_GRACE)
 }
 
 /// Starts stock `salt-minion -c DIR/minion-<id>`, writing a default minion config first if
@@ -40,6 +46,7 @@ pub fn start_stock_minion(root: &TempRoot, id: &str) -> Proc {
     let mut cmd = Command::new(stock_bin("salt-minion"));
     cmd.arg("-c").arg(minion_dir(root, id));
     Proc::spawn(cmd, &root.procs_dir(), &format!("salt-minion-{id}"))
+        .with_stop_grace(STOCK_STOP_GRACE)
 }
 
 /// Runs stock `salt -c DIR <args>`.
@@ -207,14 +214,21 @@ mod tests {
 
     #[test]
     fn json_documents_rejects_non_json_with_the_text() {
-        let err = std::panic::catch_unwind(|| json_documents(b"Minion did not return")).unwrap_err();
-        assert!(err.downcast_ref::<String>().unwrap().contains("Minion did not return"));
+        let err =
+            std::panic::catch_unwind(|| json_documents(b"Minion did not return")).unwrap_err();
+        assert!(err
+            .downcast_ref::<String>()
+            .unwrap()
+            .contains("Minion did not return"));
     }
 
     #[test]
     fn wait_for_port_sees_a_listener() {
         let listener = std::net::TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).unwrap();
-        wait_for_port(listener.local_addr().unwrap().port(), Duration::from_secs(10));
+        wait_for_port(
+            listener.local_addr().unwrap().port(),
+            Duration::from_secs(10),
+        );
     }
 
     #[test]
@@ -230,6 +244,9 @@ mod tests {
         let dir = minion_dir(&root, "m1");
         std::fs::write(dir.join("minion"), "id: m1\n").unwrap();
         assert_eq!(minion_dir(&root, "m1"), dir);
-        assert_eq!(std::fs::read_to_string(dir.join("minion")).unwrap(), "id: m1\n");
+        assert_eq!(
+            std::fs::read_to_string(dir.join("minion")).unwrap(),
+            "id: m1\n"
+        );
     }
 }

@@ -30,7 +30,11 @@ fn stock_master_and_two_stock_minions_answer_test_ping_and_leave_no_process() {
     let ids = ["m1", "m2"];
     let minions: Vec<_> = ids.iter().map(|id| start_stock_minion(&root, id)).collect();
     for id in ids {
-        wait_for_log(&root.minion_log(id), "Minion is ready to receive requests!", TIMEOUT);
+        wait_for_log(
+            &root.minion_log(id),
+            "Minion is ready to receive requests!",
+            TIMEOUT,
+        );
     }
 
     // A minion that has just subscribed can still miss a publish (ZeroMQ's slow joiner),
@@ -44,13 +48,20 @@ fn stock_master_and_two_stock_minions_answer_test_ping_and_leave_no_process() {
             String::from_utf8_lossy(&out.stderr)
         );
         let returns = json_returns(&out.stdout);
-        ids.iter().all(|id| returns.get(*id) == Some(&serde_json::Value::Bool(true)))
+        ids.iter()
+            .all(|id| returns.get(*id) == Some(&serde_json::Value::Bool(true)))
     });
-    assert!(all_answered, "not every minion answered test.ping; last output:\n{last}");
+    assert!(
+        all_answered,
+        "not every minion answered test.ping; last output:\n{last}"
+    );
 
     let keys = json_returns(
-        assert_success("salt-key -L", &run_stock_salt_key(&root, ["-L", "--out", "json"]))
-            .as_bytes(),
+        assert_success(
+            "salt-key -L",
+            &run_stock_salt_key(&root, ["-L", "--out", "json"]),
+        )
+        .as_bytes(),
     );
     let accepted: HashSet<&str> = keys["minions"]
         .as_array()

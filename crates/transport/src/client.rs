@@ -9,13 +9,19 @@ use crate::Error;
 use std::time::Duration;
 
 /// Sends `body` to `endpoint` (`tcp://host:port`) on a REQ socket and waits for the reply.
-pub fn request(ctx: &zmq::Context, endpoint: &str, body: &[u8], timeout: Duration) -> Result<Vec<u8>, Error> {
+pub fn request(
+    ctx: &zmq::Context,
+    endpoint: &str,
+    body: &[u8],
+    timeout: Duration,
+) -> Result<Vec<u8>, Error> {
     let sock = ctx.socket(zmq::REQ).map_err(Error::zmq("create REQ"))?;
     sock.set_linger(0).map_err(Error::zmq("linger"))?;
     if endpoint.contains('[') {
         sock.set_ipv6(true).map_err(Error::zmq("ipv6"))?;
     }
-    sock.connect(endpoint).map_err(Error::zmq(format!("connect {endpoint}")))?;
+    sock.connect(endpoint)
+        .map_err(Error::zmq(format!("connect {endpoint}")))?;
     sock.send(body, 0).map_err(Error::zmq("send"))?;
     let ms = i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX);
     if sock.poll(zmq::POLLIN, ms).map_err(Error::zmq("poll"))? == 0 {
@@ -31,13 +37,18 @@ mod tests {
     use crate::ServerTransport;
 
     fn free_port() -> u16 {
-        std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn request_is_answered_and_publish_reaches_subscribers() {
         let (ret, publ) = (free_port(), free_port());
-        let (server, mut rx) = ZmqServer::bind(&ZmqServerConfig::new("127.0.0.1", false, ret, publ)).unwrap();
+        let (server, mut rx) =
+            ZmqServer::bind(&ZmqServerConfig::new("127.0.0.1", false, ret, publ)).unwrap();
         let ctx = zmq::Context::new();
         let sub = ctx.socket(zmq::SUB).unwrap();
         sub.set_subscribe(b"").unwrap();
@@ -45,7 +56,12 @@ mod tests {
 
         let client_ctx = ctx.clone();
         let req = tokio::task::spawn_blocking(move || {
-            request(&client_ctx, &format!("tcp://127.0.0.1:{ret}"), b"ping", Duration::from_secs(10))
+            request(
+                &client_ctx,
+                &format!("tcp://127.0.0.1:{ret}"),
+                b"ping",
+                Duration::from_secs(10),
+            )
         });
         let inc = rx.recv().await.unwrap();
         assert_eq!(inc.body, b"ping");
@@ -77,7 +93,13 @@ mod tests {
     fn request_to_a_silent_port_times_out() {
         let ctx = zmq::Context::new();
         let port = free_port();
-        let err = request(&ctx, &format!("tcp://127.0.0.1:{port}"), b"x", Duration::from_millis(200)).unwrap_err();
+        let err = request(
+            &ctx,
+            &format!("tcp://127.0.0.1:{port}"),
+            b"x",
+            Duration::from_millis(200),
+        )
+        .unwrap_err();
         assert!(matches!(err, Error::Timeout(_)));
     }
 }

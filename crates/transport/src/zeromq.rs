@@ -84,41 +84,82 @@ impl ZmqServer {
     /// receiver of incoming requests. Binding errors (port in use) are returned here.
     pub fn bind(cfg: &ZmqServerConfig) -> Result<(Self, mpsc::Receiver<Incoming>), Error> {
         let ctx = zmq::Context::new();
-        let router = ctx.socket(zmq::ROUTER).map_err(Error::zmq("create ROUTER"))?;
+        let router = ctx
+            .socket(zmq::ROUTER)
+            .map_err(Error::zmq("create ROUTER"))?;
         let publisher = ctx.socket(zmq::PUB).map_err(Error::zmq("create PUB"))?;
         let pull = ctx.socket(zmq::PULL).map_err(Error::zmq("create PULL"))?;
         let inproc = format!("inproc://halite-cmd-{:p}", &router as *const _);
 
-        router.set_linger(1000).map_err(Error::zmq("ROUTER linger"))?;
-        router.set_router_handover(true).map_err(Error::zmq("ROUTER handover"))?;
-        router.set_tcp_keepalive(1).map_err(Error::zmq("keepalive"))?;
-        router.set_tcp_keepalive_idle(60).map_err(Error::zmq("keepalive idle"))?;
-        router.set_tcp_keepalive_intvl(15).map_err(Error::zmq("keepalive intvl"))?;
-        router.set_tcp_keepalive_cnt(3).map_err(Error::zmq("keepalive cnt"))?;
-        router.set_backlog(cfg.backlog).map_err(Error::zmq("backlog"))?;
-        router.set_maxmsgsize(cfg.max_msg_size).map_err(Error::zmq("maxmsgsize"))?;
+        router
+            .set_linger(1000)
+            .map_err(Error::zmq("ROUTER linger"))?;
+        router
+            .set_router_handover(true)
+            .map_err(Error::zmq("ROUTER handover"))?;
+        router
+            .set_tcp_keepalive(1)
+            .map_err(Error::zmq("keepalive"))?;
+        router
+            .set_tcp_keepalive_idle(60)
+            .map_err(Error::zmq("keepalive idle"))?;
+        router
+            .set_tcp_keepalive_intvl(15)
+            .map_err(Error::zmq("keepalive intvl"))?;
+        router
+            .set_tcp_keepalive_cnt(3)
+            .map_err(Error::zmq("keepalive cnt"))?;
+        router
+            .set_backlog(cfg.backlog)
+            .map_err(Error::zmq("backlog"))?;
+        router
+            .set_maxmsgsize(cfg.max_msg_size)
+            .map_err(Error::zmq("maxmsgsize"))?;
         router.set_ipv6(cfg.ipv6).map_err(Error::zmq("ipv6"))?;
-        router.set_heartbeat_ivl(cfg.heartbeat_ivl_ms).map_err(Error::zmq("heartbeat"))?;
-        router.set_heartbeat_timeout(cfg.heartbeat_timeout_ms).map_err(Error::zmq("heartbeat"))?;
+        router
+            .set_heartbeat_ivl(cfg.heartbeat_ivl_ms)
+            .map_err(Error::zmq("heartbeat"))?;
+        router
+            .set_heartbeat_timeout(cfg.heartbeat_timeout_ms)
+            .map_err(Error::zmq("heartbeat"))?;
 
         publisher.set_linger(1).map_err(Error::zmq("PUB linger"))?;
-        publisher.set_sndhwm(cfg.pub_hwm).map_err(Error::zmq("PUB hwm"))?;
-        publisher.set_rcvhwm(cfg.pub_hwm).map_err(Error::zmq("PUB hwm"))?;
-        publisher.set_backlog(cfg.backlog).map_err(Error::zmq("backlog"))?;
+        publisher
+            .set_sndhwm(cfg.pub_hwm)
+            .map_err(Error::zmq("PUB hwm"))?;
+        publisher
+            .set_rcvhwm(cfg.pub_hwm)
+            .map_err(Error::zmq("PUB hwm"))?;
+        publisher
+            .set_backlog(cfg.backlog)
+            .map_err(Error::zmq("backlog"))?;
         publisher.set_ipv6(cfg.ipv6).map_err(Error::zmq("ipv6"))?;
-        publisher.set_tcp_keepalive(1).map_err(Error::zmq("keepalive"))?;
-        publisher.set_tcp_keepalive_idle(300).map_err(Error::zmq("keepalive idle"))?;
-        publisher.set_heartbeat_ivl(cfg.heartbeat_ivl_ms).map_err(Error::zmq("heartbeat"))?;
-        publisher.set_heartbeat_timeout(cfg.heartbeat_timeout_ms).map_err(Error::zmq("heartbeat"))?;
+        publisher
+            .set_tcp_keepalive(1)
+            .map_err(Error::zmq("keepalive"))?;
+        publisher
+            .set_tcp_keepalive_idle(300)
+            .map_err(Error::zmq("keepalive idle"))?;
+        publisher
+            .set_heartbeat_ivl(cfg.heartbeat_ivl_ms)
+            .map_err(Error::zmq("heartbeat"))?;
+        publisher
+            .set_heartbeat_timeout(cfg.heartbeat_timeout_ms)
+            .map_err(Error::zmq("heartbeat"))?;
 
         let ret_ep = cfg.endpoint(cfg.ret_port);
         let pub_ep = cfg.endpoint(cfg.publish_port);
-        router.bind(&ret_ep).map_err(Error::zmq(format!("bind {ret_ep}")))?;
-        publisher.bind(&pub_ep).map_err(Error::zmq(format!("bind {pub_ep}")))?;
+        router
+            .bind(&ret_ep)
+            .map_err(Error::zmq(format!("bind {ret_ep}")))?;
+        publisher
+            .bind(&pub_ep)
+            .map_err(Error::zmq(format!("bind {pub_ep}")))?;
         pull.bind(&inproc).map_err(Error::zmq("bind inproc"))?;
         let push = ctx.socket(zmq::PUSH).map_err(Error::zmq("create PUSH"))?;
         push.set_sndhwm(0).map_err(Error::zmq("PUSH hwm"))?;
-        push.connect(&inproc).map_err(Error::zmq("connect inproc"))?;
+        push.connect(&inproc)
+            .map_err(Error::zmq("connect inproc"))?;
 
         // Handshake failures (garbage on a port) are only visible through socket monitors.
         let failures = (zmq::SocketEvent::HANDSHAKE_FAILED_NO_DETAIL as i32)
@@ -128,7 +169,9 @@ impl ZmqServer {
         for (sock, port) in [(&router, "request"), (&publisher, "publish")] {
             let ep = format!("inproc://halite-mon-{port}-{tag}");
             sock.monitor(&ep, failures).map_err(Error::zmq("monitor"))?;
-            let mon = ctx.socket(zmq::PAIR).map_err(Error::zmq("create monitor"))?;
+            let mon = ctx
+                .socket(zmq::PAIR)
+                .map_err(Error::zmq("create monitor"))?;
             mon.connect(&ep).map_err(Error::zmq("connect monitor"))?;
             monitors.push((mon, port));
         }
@@ -137,14 +180,25 @@ impl ZmqServer {
         let thread = std::thread::Builder::new()
             .name("zmq-server".into())
             .spawn(move || socket_loop(router, publisher, pull, monitors, tx))
-            .map_err(|e| Error::Zmq { op: format!("spawn thread: {e}"), source: zmq::Error::EFAULT })?;
+            .map_err(|e| Error::Zmq {
+                op: format!("spawn thread: {e}"),
+                source: zmq::Error::EFAULT,
+            })?;
         tracing::info!(ret = %ret_ep, publish = %pub_ep, "Request and publish sockets bound");
-        Ok((Self { ctx, cmd: Mutex::new(push), thread: Mutex::new(Some(thread)) }, rx))
+        Ok((
+            Self {
+                ctx,
+                cmd: Mutex::new(push),
+                thread: Mutex::new(Some(thread)),
+            },
+            rx,
+        ))
     }
 
     fn send_cmd(&self, parts: &[&[u8]]) -> Result<(), Error> {
         let sock = self.cmd.lock().map_err(|_| Error::Closed)?;
-        sock.send_multipart(parts, zmq::DONTWAIT).map_err(|_| Error::Closed)
+        sock.send_multipart(parts, zmq::DONTWAIT)
+            .map_err(|_| Error::Closed)
     }
 
     /// Stops the socket thread and closes the sockets. Idempotent.
@@ -179,8 +233,14 @@ impl ServerTransport for ZmqServer {
 /// Logs one socket-monitor event: `[u16 event, u32 value]` then the endpoint.
 fn log_monitor_event(mon: &zmq::Socket, port: &str) {
     while let Ok(parts) = mon.recv_multipart(zmq::DONTWAIT) {
-        let event = parts.first().and_then(|f| f.get(..2)).map(|b| u16::from_le_bytes([b[0], b[1]]));
-        let endpoint = parts.get(1).map(|e| String::from_utf8_lossy(e).into_owned()).unwrap_or_default();
+        let event = parts
+            .first()
+            .and_then(|f| f.get(..2))
+            .map(|b| u16::from_le_bytes([b[0], b[1]]));
+        let endpoint = parts
+            .get(1)
+            .map(|e| String::from_utf8_lossy(e).into_owned())
+            .unwrap_or_default();
         match event {
             Some(e) if i32::from(e) == zmq::SocketEvent::HANDSHAKE_FAILED_PROTOCOL as i32 => tracing::warn!(
                 "ZMTP handshake with a peer on the {port} port {endpoint} failed (protocol error); connection dropped"
@@ -200,7 +260,10 @@ fn socket_loop(
 ) {
     loop {
         let (router_ready, cmd_ready) = {
-            let mut items = vec![router.as_poll_item(zmq::POLLIN), pull.as_poll_item(zmq::POLLIN)];
+            let mut items = vec![
+                router.as_poll_item(zmq::POLLIN),
+                pull.as_poll_item(zmq::POLLIN),
+            ];
             items.extend(monitors.iter().map(|(m, _)| m.as_poll_item(zmq::POLLIN)));
             if let Err(e) = zmq::poll(&mut items, -1) {
                 if e == zmq::Error::EINTR {
@@ -248,10 +311,18 @@ fn socket_loop(
                     None => (Vec::new(), second),
                 };
                 if !delim.is_empty() || parts.next().is_some() {
-                    tracing::warn!("Request with an unexpected frame layout on the request port dropped");
+                    tracing::warn!(
+                        "Request with an unexpected frame layout on the request port dropped"
+                    );
                     continue;
                 }
-                if tx.blocking_send(Incoming { peer: PeerId(id), body }).is_err() {
+                if tx
+                    .blocking_send(Incoming {
+                        peer: PeerId(id),
+                        body,
+                    })
+                    .is_err()
+                {
                     return;
                 }
             }

@@ -30,19 +30,39 @@ pub fn wait_for_pings(root: &TempRoot, ids: &[&str]) {
     let mut last = Map::new();
     let ok = wait_until(JOIN, || {
         last = halite_json(root, &["*", "test.ping", "-t", "5"]);
-        ids.iter().all(|id| last.get(*id) == Some(&Value::Bool(true)))
+        ids.iter()
+            .all(|id| last.get(*id) == Some(&Value::Bool(true)))
     });
-    assert!(ok, "minions {ids:?} did not all answer test.ping; last answer: {last:?}");
+    assert!(
+        ok,
+        "minions {ids:?} did not all answer test.ping; last answer: {last:?}"
+    );
 }
 
 /// `halite-key -L --out json` as a JSON object.
 pub fn key_lists(root: &TempRoot) -> Value {
     let out = halite_testkit::run_halite_key(root, ["-L", "--out", "json"]);
-    assert!(out.status.success(), "halite-key -L failed: {}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("halite-key -L --out json is not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+    assert!(
+        out.status.success(),
+        "halite-key -L failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "halite-key -L --out json is not JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
 }
 
 /// The ids in one `halite-key -L --out json` list.
 pub fn ids_in(lists: &Value, state: &str) -> Vec<String> {
-    lists[state].as_array().map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_owned)).collect()).unwrap_or_default()
+    lists[state]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
 }
