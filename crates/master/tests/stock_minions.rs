@@ -7,11 +7,46 @@ use halite_testkit::*;
 use serde_json::{json, Value};
 use std::time::Duration;
 
+/// A stock `salt.utils.event` listener on the master bus: appends each tag to a file.
+const LISTENER: &str = r#"
+import sys, salt.utils.event
+ev = salt.utils.event.get_event("master", sock_dir=sys.argv[1], listen=True)
+f = open(sys.argv[2], "a", buffering=1)
+ev.get_event(wait=0.1)
+f.write("listening\n")
+while True:
+    e = ev.get_event(wait=1, full=True)
+    if e:
+        f.write(e["tag"] + "\n")
+"#;
+
+fn sorted_keys(m: &serde_json::Map<String, Value>) -> Vec<String> {
+    let mut k: Vec<String> = m.keys().cloned().collect();
+    k.sort();
+    k
+}
+
+fn start_bus_listener(root: &TempRoot) -> (Proc, std::path::PathBuf) {
+    let tags = root.path().join("bus-tags.txt");
+    let mut cmd = std::process::Command::new(salt_venv().join("bin/python"));
+    cmd.arg("-c")
+        .arg(LISTENER)
+        .arg(root.master_root().join("sock"))
+        .arg(&tags);
+    let p = Proc::spawn(cmd, &root.procs_dir(), "bus-listener");
+    let ready = wait_until(JOIN, || {
+        std::fs::read_to_string(&tags).is_ok_and(|t| t.contains("listening"))
+    });
+    assert!(ready, "the stock bus listener did not start");
+    (p, tags)
+}
+
 #[test]
 fn stock_minions_join_after_halite_key_accepts_them_and_run_jobs() {
     let root = TempRoot::new();
     let _master = start_halite_master(&root);
     wait_for_port(root.ret_port(), Duration::from_secs(30));
+    let (_listener, tags) = start_bus_listener(&root);
     let ids = ["m1", "m2", "m3"];
     let _minions: Vec<Proc> = ids.iter().map(|id| start_stock_minion(&root, id)).collect();
 
@@ -58,6 +93,65 @@ fn stock_minions_join_after_halite_key_accepts_them_and_run_jobs() {
     let stock = run_stock_salt_key(&root, ["-L", "--out", "json"]);
     let stock: Value = serde_json::from_slice(&stock.stdout).expect("salt-key -L --out json");
     assert_eq!(stock, key_lists(&root));
+
+    // Targeting: the master computes the expected minions, the minions decide.
+    let os = halite_json(&root, &["m1", "grains.get", "os"])["m1"]
+        .as_str()
+        .expect("os grain")
+        .to_owned();
+    let by_grain = halite_json(&root, &["-G", &format!("os:{os}"), "test.ping"]);
+    assert_eq!(by_grain.len(), 3, "{by_grain:?}");
+    let compound = halite_json(
+        &root,
+        &["-C", &format!("G@os:{os} and L@m1,m3"), "test.ping"],
+    );
+    assert_eq!(sorted_keys(&compound), ["m1", "m3"], "{compound:?}");
+    let pcre = halite_json(&root, &["-E", "m[12]$", "test.ping"]);
+    assert_eq!(sorted_keys(&pcre), ["m1", "m2"], "{pcre:?}");
+
+    // A multi-function call, --static, --async.
+    let multi = halite_json(&root, &["m1", "test.echo,test.ping", "hello", ","]);
+    assert_eq!(
+        multi["m1"],
+        json!({"test.echo": "hello", "test.ping": true})
+    );
+    let out = run_halite(&root, ["*", "test.ping", "--static", "--out", "json"]);
+    let docs = json_documents(&out.stdout);
+    assert_eq!(docs.len(), 1, "--static prints one document");
+    assert_eq!(docs[0].as_object().map(|o| o.len()), Some(3));
+    let out = run_halite(&root, ["*", "test.ping", "--async"]);
+    let text = assert_success("halite --async", &out);
+    assert!(text.starts_with("Executed command with job ID: "), "{text}");
+
+    // A failing command sets the exit code, as `salt` does.
+    let out = run_halite(&root, ["m1", "cmd.run", "exit 3"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr)
+        .contains("ERROR: Minions returned with non-zero exit code"));
+
+    // The master bus carried Salt's events, seen by a stock Python listener.
+    let seen = std::fs::read_to_string(&tags).unwrap_or_default();
+    for tag in [
+        "salt/auth",
+        "salt/key",
+        "minion_start",
+        "salt/minion/m1/start",
+    ] {
+        assert!(
+            seen.lines().any(|l| l == tag),
+            "no {tag} event on the master bus:\n{seen}"
+        );
+    }
+    assert!(
+        seen.lines()
+            .any(|l| l.starts_with("salt/job/") && l.ends_with("/new")),
+        "{seen}"
+    );
+    assert!(
+        seen.lines()
+            .any(|l| l.starts_with("salt/job/") && l.ends_with("/ret/m2")),
+        "{seen}"
+    );
 }
 
 #[test]
