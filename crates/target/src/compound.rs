@@ -372,7 +372,9 @@ impl<'a> SetParser<'_, 'a> {
         while self.eat(op) {
             let rhs = operand(self)?;
             acc = match (acc, rhs) {
-                (Some(SetValue::Set(a)), Some(SetValue::Set(b))) => Some(SetValue::Set(combine(&a, &b))),
+                (Some(SetValue::Set(a)), Some(SetValue::Set(b))) => {
+                    Some(SetValue::Set(combine(&a, &b)))
+                }
                 _ => None,
             };
         }
@@ -439,5 +441,166 @@ impl<'a> SetParser<'_, 'a> {
         };
         self.depth -= 1;
         Ok(inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `(word, engine, delimiter, pattern)` from Salt 3008.3's `parse_target`.
+    const TARGET_WORDS: &[(&str, Option<char>, Option<char>, &str)] = &[
+        ("web1", None, None, "web1"),
+        ("G@os:RedHat", Some('G'), None, "os:RedHat"),
+        ("G|@os|RedHat", Some('G'), Some('|'), "os|RedHat"),
+        ("P@os:red.*", Some('P'), None, "os:red.*"),
+        ("I@env:prod", Some('I'), None, "env:prod"),
+        ("J@x:y", Some('J'), None, "x:y"),
+        ("L@a,b", Some('L'), None, "a,b"),
+        ("E@web\\d", Some('E'), None, "web\\d"),
+        ("S@10.0.0.0/8", Some('S'), None, "10.0.0.0/8"),
+        ("N@grp", Some('N'), None, "grp"),
+        ("R@%foo", Some('R'), None, "%foo"),
+        ("T@type:id", Some('T'), None, "type:id"),
+        ("M@web*", Some('M'), None, "web*"),
+        ("X@foo", None, None, "X@foo"),
+        ("foo@bar", None, None, "foo@bar"),
+        ("G@", None, None, "G@"),
+        ("G|@", None, None, "G|@"),
+        ("G@@", Some('G'), None, "@"),
+        ("G@@x", Some('G'), Some('@'), "x"),
+        ("L|@a", None, None, "L|@a"),
+        ("E|@x", None, None, "E|@x"),
+        ("G||@x", None, None, "G||@x"),
+        ("g@os:x", None, None, "g@os:x"),
+        ("@", None, None, "@"),
+        ("G@a\n", Some('G'), None, "a"),
+        ("G@a\nb", None, None, "G@a\nb"),
+        ("a\nb", None, None, "a\nb"),
+        ("", None, None, ""),
+        ("\n", None, None, "\n"),
+        ("G\u{e9}@x", Some('G'), Some('\u{e9}'), "x"),
+        ("\u{e9}@x", None, None, "\u{e9}@x"),
+        ("G:@os:x", Some('G'), Some(':'), "os:x"),
+    ];
+
+    #[test]
+    fn parse_target_agrees_with_salt() {
+        for &(word, engine, delimiter, pattern) in TARGET_WORDS {
+            assert_eq!(
+                parse_target(word),
+                TargetWord {
+                    engine,
+                    delimiter,
+                    pattern
+                },
+                "{word:?}"
+            );
+        }
+    }
+
+    const T: BoolTok = BoolTok::Value(true, "True");
+    const F: BoolTok = BoolTok::Value(false, "False");
+    const EMPTY: BoolTok = BoolTok::Value(false, "[]");
+    use BoolTok::{And, Close, Not, Open, Or};
+
+    macro_rules! boolean {
+        ($name:ident, [$($tok:expr),*], $want:expr) => {
+            #[test]
+            fn $name() {
+                assert_eq!(eval_bool(&[$($tok),*]), $want);
+            }
+        };
+    }
+
+    boolean!(and_binds_tighter_than_or, [T, Or, F, And, F], Ok(true));
+    boolean!(not_binds_tighter_than_and, [Not, F, And, T], Ok(true));
+    boolean!(empty_list_is_falsy, [EMPTY, Or, F], Ok(false));
+    boolean!(
+        parentheses_group,
+        [Open, T, Or, F, Close, And, F],
+        Ok(false)
+    );
+    boolean!(empty_expression_is_a_syntax_error, [], Err(EvalError));
+    boolean!(
+        trailing_operator_is_a_syntax_error,
+        [T, And],
+        Err(EvalError)
+    );
+    boolean!(
+        not_and_is_a_syntax_error,
+        [Not, And, Not, T],
+        Err(EvalError)
+    );
+    boolean!(
+        unclosed_parenthesis_is_a_syntax_error,
+        [T, Or, Open, F],
+        Err(EvalError)
+    );
+    boolean!(
+        call_raises_when_evaluated,
+        [T, Open, F, Close],
+        Err(EvalError)
+    );
+    boolean!(
+        call_is_skipped_by_short_circuit,
+        [T, Or, F, Open, F, Close],
+        Ok(true)
+    );
+    boolean!(empty_tuple_is_falsy, [Not, Open, Close], Ok(true));
+
+    #[test]
+    fn too_many_nested_parentheses_are_a_syntax_error() {
+        let mut tokens = vec![Open; MAX_PARENS + 1];
+        tokens.push(T);
+        tokens.extend(vec![Close; MAX_PARENS + 1]);
+        assert_eq!(eval_bool(&tokens), Err(EvalError));
+        assert_eq!(eval_bool(&tokens[1..tokens.len() - 1]), Ok(true));
+    }
+
+    fn set<'a>(ids: &[&'a str]) -> SetTok<'a> {
+        SetTok::Set(ids.iter().copied().collect())
+    }
+
+    fn sets(tokens: &[SetTok<'static>]) -> Option<Vec<&'static str>> {
+        let all = || ["a", "b", "c"].into_iter().collect();
+        eval_sets(tokens, &all).map(|s| s.into_iter().collect())
+    }
+
+    #[test]
+    fn difference_binds_tighter_than_intersection_and_union() {
+        use SetTok::{All, And, Close, Minus, Open, Or};
+        // a | ( all - b ) & c  ==  a | ((all - b) & c)
+        let tokens = [
+            set(&["a"]),
+            Or,
+            Open,
+            All,
+            Minus,
+            set(&["b"]),
+            Close,
+            And,
+            set(&["c"]),
+        ];
+        assert_eq!(sets(&tokens), Some(vec!["a", "c"]));
+    }
+
+    #[test]
+    fn empty_tuple_alone_is_an_empty_result_but_fails_in_an_operation() {
+        use SetTok::{Close, Open, Or};
+        assert_eq!(sets(&[Open, Close]), Some(vec![]));
+        assert_eq!(sets(&[set(&["a"]), Or, Open, Close]), None);
+    }
+
+    #[test]
+    fn calling_a_set_raises() {
+        use SetTok::{Close, Open};
+        assert_eq!(sets(&[set(&["a"]), Open, set(&["b"]), Close]), None);
+    }
+
+    #[test]
+    fn set_text_is_what_salt_logs() {
+        assert_eq!(set(&[]).text(), "set()");
+        assert_eq!(set(&["a", "b"]).text(), "{'a', 'b'}");
     }
 }

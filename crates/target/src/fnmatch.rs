@@ -145,10 +145,7 @@ fn bracket(stuff: &[char]) -> Class {
         let j = stuff.len();
         let mut i = 0;
         let mut k = body_start + 1;
-        loop {
-            let Some(found) = (k..j).find(|&p| stuff[p] == '-') else {
-                break;
-            };
+        while let Some(found) = (k..j).find(|&p| stuff[p] == '-') {
             chunks.push(stuff[i..found].to_vec());
             i = found + 1;
             k = found + 3;

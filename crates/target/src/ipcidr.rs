@@ -380,9 +380,155 @@ fn parse_v6(s: &str) -> Option<u128> {
     for part in &parts[..hi] {
         ip = ip << 16 | hextet(part)?;
     }
-    ip = ip.checked_shl(16 * u32::try_from(skipped).ok()?).unwrap_or(0);
+    ip = ip
+        .checked_shl(16 * u32::try_from(skipped).ok()?)
+        .unwrap_or(0);
     for part in &parts[parts.len() - lo..] {
         ip = ip << 16 | hextet(part)?;
     }
     Some(ip)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::json;
+
+    /// `(target, what ip_address()/ip_network() make of it)`, from CPython 3.11.7.
+    const IP_CASES: &[(&str, &str)] = &[
+        ("10.0.0.1", "addr 10.0.0.1"),
+        ("10.0.0.0/24", "net 10.0.0.0/24"),
+        ("10.0.0.1/24", "invalid"),
+        ("010.0.0.1", "invalid"),
+        ("1.2.3", "invalid"),
+        ("256.1.1.1", "invalid"),
+        ("1.2.3.4/32", "net 1.2.3.4/32"),
+        ("1.2.3.4/33", "invalid"),
+        ("10.0.0.0/255.255.255.0", "net 10.0.0.0/24"),
+        ("10.0.0.0/0.0.0.255", "net 10.0.0.0/24"),
+        ("10.0.0.0/255.0.255.0", "invalid"),
+        ("0.0.0.0/0", "net 0.0.0.0/0"),
+        ("10.0.0.0/024", "net 10.0.0.0/24"),
+        ("10.0.0.0/+24", "invalid"),
+        ("::1", "addr ::1"),
+        ("::", "addr ::"),
+        ("1::", "addr 1::"),
+        ("::ffff:1.2.3.4", "addr ::ffff:102:304"),
+        ("2001:db8::/32", "net 2001:db8::/32"),
+        ("2001:db8::1/32", "invalid"),
+        ("fe80::1%eth0", "addr fe80::1%eth0"),
+        ("fe80::%eth0/64", "net fe80::%eth0/64"),
+        ("1:0:0:0:0:0:0:8", "addr 1::8"),
+        ("1:0:2:0:0:3:0:4", "addr 1:0:2::3:0:4"),
+        ("0:0:0:0:0:0:0:0", "addr ::"),
+        ("1:2:3:4:5:6:7:8", "addr 1:2:3:4:5:6:7:8"),
+        ("1:2:3:4:5:6:7::", "addr 1:2:3:4:5:6:7:0"),
+        ("::2:3:4:5:6:7:8", "addr 0:2:3:4:5:6:7:8"),
+        ("1::2::3", "invalid"),
+        (":1::2", "invalid"),
+        ("1:2:3:4:5:6:7:8:9", "invalid"),
+        ("12345::", "invalid"),
+        ("2001:DB8::A", "addr 2001:db8::a"),
+        ("fe80::1%", "invalid"),
+        ("1.2.3.4/24/1", "invalid"),
+        ("", "invalid"),
+        ("web1", "invalid"),
+        ("1.2.3.4 ", "invalid"),
+        ("::/0", "net ::/0"),
+        ("::/129", "invalid"),
+        ("2001:db8::/255.255.0.0", "invalid"),
+    ];
+
+    fn describe(t: Option<IpTarget>) -> String {
+        match t {
+            None => "invalid".to_owned(),
+            Some(IpTarget::Address(a)) => format!("addr {a}"),
+            Some(IpTarget::Network(n)) => {
+                let addr = Addr {
+                    v6: n.v6,
+                    ip: n.network,
+                    scope: None,
+                };
+                format!("net {addr}/{}", n.prefix)
+            }
+        }
+    }
+
+    #[test]
+    fn parses_and_prints_like_python_ipaddress() {
+        for &(input, want) in IP_CASES {
+            // The network's scope id is printed by Python but irrelevant to containment.
+            let want = match (want.find('%'), want.rfind('/')) {
+                (Some(pct), Some(slash)) if want.starts_with("net") => {
+                    format!("{}{}", &want[..pct], &want[slash..])
+                }
+                _ => want.to_owned(),
+            };
+            assert_eq!(
+                describe(IpTarget::parse(&Value::from(input))),
+                want,
+                "{input:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn integers_are_addresses() {
+        assert_eq!(
+            describe(IpTarget::parse(&Value::from(167_772_161))),
+            "addr 10.0.0.1"
+        );
+        assert_eq!(describe(IpTarget::parse(&Value::from(-1))), "invalid");
+    }
+
+    fn matches(target: &str, grains: &str) -> Result<bool, GrainsRaised> {
+        IpTarget::parse(&Value::from(target))
+            .expect("valid target")
+            .matches_grains(&json(grains))
+    }
+
+    #[test]
+    fn address_is_a_list_membership_test() {
+        assert_eq!(matches("10.0.0.1", r#"{"ipv4": ["10.0.0.1"]}"#), Ok(true));
+        assert_eq!(matches("10.0.0.1", r#"{"ipv4": ["10.0.0.10"]}"#), Ok(false));
+    }
+
+    #[test]
+    fn address_in_a_string_grain_is_a_substring_test() {
+        assert_eq!(matches("10.0.0.1", r#"{"ipv4": "10.0.0.12"}"#), Ok(true));
+    }
+
+    #[test]
+    fn network_contains_grain_addresses() {
+        assert_eq!(
+            matches("10.0.0.0/24", r#"{"ipv4": ["127.0.0.1", "10.0.0.7"]}"#),
+            Ok(true)
+        );
+        assert_eq!(
+            matches("10.0.0.0/24", r#"{"ipv4": ["10.0.1.7"]}"#),
+            Ok(false)
+        );
+        assert_eq!(matches("::/0", r#"{"ipv6": ["fe80::1%eth0"]}"#), Ok(true));
+    }
+
+    #[test]
+    fn missing_protocol_grain_does_not_match() {
+        assert_eq!(
+            matches("2001:db8::/32", r#"{"ipv4": ["10.0.0.1"]}"#),
+            Ok(false)
+        );
+    }
+
+    #[test]
+    fn unparsable_grain_address_raises_like_in_subnet() {
+        assert_eq!(
+            matches("10.0.0.0/8", r#"{"ipv4": ["bogus"]}"#),
+            Err(GrainsRaised)
+        );
+        // `any()` stops at the first hit before reaching the bad entry.
+        assert_eq!(
+            matches("10.0.0.0/8", r#"{"ipv4": ["10.1.1.1", "bogus"]}"#),
+            Ok(true)
+        );
+    }
 }

@@ -25,22 +25,22 @@
 //!
 //! Invariants:
 //! - Untrusted targets never panic and never run unbounded: regexes are size- and
-//!   backtrack-limited, globs match in O(pattern × name), compound expressions and data
-//!   recursion are depth-limited.
+//!   backtrack-limited, globs match in O(pattern × name), compound expressions are
+//!   depth-limited, and grain/pillar matching is depth- and step-limited.
 //! - No global mutable state: compiled regexes live in a caller-owned [`RegexCache`].
 //! - Errors Salt would log and swallow are logged with Salt's message (through `tracing`)
 //!   and turn into "no match" / an empty result, as in Salt.
 
+pub mod compound;
 pub mod fnmatch;
+pub mod master;
+pub mod minion;
+pub mod nodegroup;
 pub mod pyre;
+pub mod subdict;
 
-mod compound;
 mod ipcidr;
-mod master;
-mod minion;
-mod nodegroup;
 mod pyvalue;
-mod subdict;
 #[cfg(test)]
 mod testutil;
 
@@ -50,7 +50,9 @@ pub use minion::{minion_match, MinionFacts};
 pub use nodegroup::nodegroup_comp;
 pub use pyre::RegexCache;
 pub use rmpv::Value;
-pub use subdict::{subdict_match, traverse_dict_and_list, MatchMode, SubdictMatcher, MAX_DEPTH};
+pub use subdict::{
+    subdict_match, traverse_dict_and_list, MatchMode, SubdictMatcher, MAX_DEPTH, MAX_STEPS,
+};
 
 /// Salt's `DEFAULT_TARGET_DELIM`.
 pub const DEFAULT_DELIMITER: &str = ":";

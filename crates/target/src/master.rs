@@ -141,16 +141,26 @@ impl<'a> CkMinions<'a> {
         greedy: bool,
     ) -> CheckResult<'a> {
         let empty = Value::from("");
-        let expr = if matches!(tgt, Value::Nil) { &empty } else { tgt };
+        let expr = if matches!(tgt, Value::Nil) {
+            &empty
+        } else {
+            tgt
+        };
         let result = match tgt_type {
             "glob" | "managing_minion" => self.glob(expr).map(Part::of),
             "pcre" => self.pcre(expr).map(Part::of),
             "list" => self.list(expr, false),
             "grain" => self.cache_match(expr, delimiter, greedy, Bank::Grains, MatchMode::Glob),
-            "grain_pcre" => self.cache_match(expr, delimiter, greedy, Bank::Grains, MatchMode::Regex),
+            "grain_pcre" => {
+                self.cache_match(expr, delimiter, greedy, Bank::Grains, MatchMode::Regex)
+            }
             "pillar" => self.cache_match(expr, delimiter, greedy, Bank::Pillar, MatchMode::Glob),
-            "pillar_pcre" => self.cache_match(expr, delimiter, greedy, Bank::Pillar, MatchMode::Regex),
-            "pillar_exact" => self.cache_match(expr, delimiter, greedy, Bank::Pillar, MatchMode::Exact),
+            "pillar_pcre" => {
+                self.cache_match(expr, delimiter, greedy, Bank::Pillar, MatchMode::Regex)
+            }
+            "pillar_exact" => {
+                self.cache_match(expr, delimiter, greedy, Bank::Pillar, MatchMode::Exact)
+            }
             "ipcidr" => self.ipcidr(expr, greedy).map(Part::of),
             "compound" => self.compound(expr, greedy, false),
             "compound_pillar_exact" => self.compound(expr, greedy, true),
@@ -166,7 +176,7 @@ impl<'a> CkMinions<'a> {
         match result {
             Ok(part) => {
                 let mut minions = part.minions;
-                minions.sort_by(|a, b| a.to_lowercase().cmp(&b.to_lowercase()).then(a.cmp(b)));
+                minions.sort_by_cached_key(|id| (id.to_lowercase(), *id));
                 minions.dedup();
                 CheckResult {
                     minions,
@@ -203,7 +213,8 @@ impl<'a> CkMinions<'a> {
                 }
             }
         };
-        let globs: Vec<fnmatch::Pattern> = patterns.iter().map(|p| fnmatch::Pattern::new(p)).collect();
+        let globs: Vec<fnmatch::Pattern> =
+            patterns.iter().map(|p| fnmatch::Pattern::new(p)).collect();
         Ok(self
             .accepted
             .iter()
@@ -414,7 +425,10 @@ impl<'a> CkMinions<'a> {
                 }
                 match *op {
                     "not" => {
-                        if !matches!(results.last(), Some(SetTok::And | SetTok::Or | SetTok::Open)) {
+                        if !matches!(
+                            results.last(),
+                            Some(SetTok::And | SetTok::Or | SetTok::Open)
+                        ) {
                             results.push(SetTok::And);
                         }
                         results.extend([SetTok::Open, SetTok::All, SetTok::Minus]);
@@ -462,12 +476,34 @@ impl<'a> CkMinions<'a> {
                     let pattern = Value::from(target.pattern);
                     let exact = |mode| if pillar_exact { MatchMode::Exact } else { mode };
                     match letter {
-                        'G' => self.cache_match(&pattern, delimiter, greedy, Bank::Grains, MatchMode::Glob)?,
-                        'P' => self.cache_match(&pattern, delimiter, greedy, Bank::Grains, MatchMode::Regex)?,
-                        'I' => self.cache_match(&pattern, delimiter, greedy, Bank::Pillar, exact(MatchMode::Glob))?,
-                        'J' => {
-                            self.cache_match(&pattern, delimiter, greedy, Bank::Pillar, exact(MatchMode::Regex))?
-                        }
+                        'G' => self.cache_match(
+                            &pattern,
+                            delimiter,
+                            greedy,
+                            Bank::Grains,
+                            MatchMode::Glob,
+                        )?,
+                        'P' => self.cache_match(
+                            &pattern,
+                            delimiter,
+                            greedy,
+                            Bank::Grains,
+                            MatchMode::Regex,
+                        )?,
+                        'I' => self.cache_match(
+                            &pattern,
+                            delimiter,
+                            greedy,
+                            Bank::Pillar,
+                            exact(MatchMode::Glob),
+                        )?,
+                        'J' => self.cache_match(
+                            &pattern,
+                            delimiter,
+                            greedy,
+                            Bank::Pillar,
+                            exact(MatchMode::Regex),
+                        )?,
                         'L' => self.list(&pattern, results.last() == Some(&SetTok::Minus))?,
                         'S' => Part::of(self.ipcidr(&pattern, greedy)?),
                         'E' => Part::of(self.pcre(&pattern)?),
@@ -502,11 +538,19 @@ impl<'a> CkMinions<'a> {
         results.extend(unmatched.iter().map(|_| SetTok::Close));
         if tracing::enabled!(tracing::Level::DEBUG) {
             let rendered: Vec<String> = results.iter().map(SetTok::text).collect();
-            tracing::debug!("Evaluating final compound matching expr: {}", rendered.join(" "));
+            tracing::debug!(
+                "Evaluating final compound matching expr: {}",
+                rendered.join(" ")
+            );
         }
 
         let accepted = self.accepted;
-        let all = move || accepted.iter().map(String::as_str).collect::<BTreeSet<&'a str>>();
+        let all = move || {
+            accepted
+                .iter()
+                .map(String::as_str)
+                .collect::<BTreeSet<&'a str>>()
+        };
         match compound::eval_sets(&results, &all) {
             Some(minions) => Ok(Part {
                 minions: minions.into_iter().collect(),
@@ -517,5 +561,815 @@ impl<'a> CkMinions<'a> {
                 Ok(Part::default())
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    use super::*;
+    use crate::testutil::{json, Fixture};
+
+    /// `(tgt as JSON, tgt_type, delimiter, greedy, minions, missing)`.
+    type Case = (
+        &'static str,
+        &'static str,
+        &'static str,
+        bool,
+        &'static [&'static str],
+        &'static [&'static str],
+    );
+
+    /// `(tgt as JSON, tgt_type, delimiter, greedy, minions, missing)` from Salt 3008.3's
+    /// `CkMinions.check_minions` over the fixture (localfs key and data caches, nodegroups
+    /// from the fixture, `minion_data_cache: True`).
+    const MASTER_CASES: &[Case] = &[
+        ("\"WEB*\"", "glob", ":", true, &[], &[]),
+        ("\"web*\"", "glob", ":", true, &["web1", "web2"], &[]),
+        (
+            "\"*\"",
+            "glob",
+            ":",
+            true,
+            &["db1", "other.example.com", "web1", "web2", "Web3"],
+            &[],
+        ),
+        ("\"web1,db1\"", "glob", ":", true, &["db1", "web1"], &[]),
+        (
+            "\"web*,*1\"",
+            "glob",
+            ":",
+            true,
+            &["db1", "web1", "web2"],
+            &[],
+        ),
+        ("\"pend1\"", "glob", ":", true, &[], &[]),
+        ("\"\"", "glob", ":", true, &[], &[]),
+        (
+            "\"[wW]eb?\"",
+            "glob",
+            ":",
+            true,
+            &["web1", "web2", "Web3"],
+            &[],
+        ),
+        (
+            "\"*.example.com\"",
+            "glob",
+            ":",
+            true,
+            &["other.example.com"],
+            &[],
+        ),
+        (
+            "\"(?i)web\"",
+            "pcre",
+            ":",
+            true,
+            &["web1", "web2", "Web3"],
+            &[],
+        ),
+        ("\"web\"", "pcre", ":", true, &["web1", "web2"], &[]),
+        ("\"web\\\\d$\"", "pcre", ":", true, &["web1", "web2"], &[]),
+        ("\"(\"", "pcre", ":", true, &[], &[]),
+        ("\".*1\"", "pcre", ":", true, &["db1", "web1"], &[]),
+        ("\"web1,db1\"", "list", ":", true, &["db1", "web1"], &[]),
+        ("\"web1, db1\"", "list", ":", true, &["web1"], &[" db1"]),
+        ("\"web1,,nope\"", "list", ":", true, &["web1"], &["nope"]),
+        (
+            "[\"web1\", \"nope\", \"db1\"]",
+            "list",
+            ":",
+            true,
+            &["db1", "web1"],
+            &["nope"],
+        ),
+        ("\"pend1\"", "list", ":", true, &[], &["pend1"]),
+        ("\"os:redhat\"", "grain", ":", true, &["web1", "Web3"], &[]),
+        ("\"os:Red*\"", "grain", ":", true, &["web1", "Web3"], &[]),
+        (
+            "\"role:web\"",
+            "grain",
+            ":",
+            true,
+            &["web1", "web2", "Web3"],
+            &[],
+        ),
+        ("\"nested:a:b\"", "grain", ":", true, &["web1", "web2"], &[]),
+        ("\"nested:a:b:1\"", "grain", ":", true, &["web1"], &[]),
+        (
+            "\"*:web\"",
+            "grain",
+            ":",
+            true,
+            &["web1", "web2", "Web3"],
+            &[],
+        ),
+        ("\"colon:x:y\"", "grain", ":", true, &["web1"], &[]),
+        ("\"num:5\"", "grain", ":", true, &["web1"], &[]),
+        ("\"flag:true\"", "grain", ":", true, &["web1"], &[]),
+        ("\"flag:False\"", "grain", ":", true, &["web2"], &[]),
+        ("\"none:none\"", "grain", ":", true, &["web1"], &[]),
+        ("\"os\"", "grain", ":", true, &[], &[]),
+        ("\"os|RedHat\"", "grain", "|", true, &["web1", "Web3"], &[]),
+        ("\"ports:80\"", "grain", ":", true, &["web1"], &[]),
+        ("\"ports:80:http\"", "grain", ":", true, &["web1"], &[]),
+        ("\"lst:k:v\"", "grain", ":", true, &["web1"], &[]),
+        ("\"lst:k\"", "grain", ":", true, &["db1", "web1"], &[]),
+        ("\"lst:0:k:v\"", "grain", ":", true, &["web1"], &[]),
+        ("\"lst:plain\"", "grain", ":", true, &["web1"], &[]),
+        ("\"lst:-1:plain\"", "grain", ":", true, &["web1"], &[]),
+        ("\"empty:*\"", "grain", ":", true, &[], &[]),
+        ("\"nested:*\"", "grain", ":", true, &["web1", "web2"], &[]),
+        ("\"ver:3.5\"", "grain", ":", true, &["web1"], &[]),
+        ("\"ver:1e+20\"", "grain", ":", true, &["web2"], &[]),
+        (
+            "\"ipv4:10.0.0.*\"",
+            "grain",
+            ":",
+            true,
+            &["web1", "web2"],
+            &[],
+        ),
+        (
+            "\"os:(RedHat|CentOS)\"",
+            "grain_pcre",
+            ":",
+            true,
+            &["db1", "web1", "Web3"],
+            &[],
+        ),
+        ("\"os:\\\\S+\"", "grain_pcre", ":", true, &[], &[]),
+        ("\"os:\\\\D+\"", "grain_pcre", ":", true, &[], &[]),
+        (
+            "\"os:red\"",
+            "grain_pcre",
+            ":",
+            true,
+            &["web1", "Web3"],
+            &[],
+        ),
+        ("\"os:(\"", "grain_pcre", ":", true, &[], &[]),
+        (
+            "\"role:w.b\"",
+            "grain_pcre",
+            ":",
+            true,
+            &["web1", "web2", "Web3"],
+            &[],
+        ),
+        (
+            "\"env:prod*\"",
+            "pillar",
+            ":",
+            true,
+            &["db1", "web1", "web2"],
+            &[],
+        ),
+        ("\"env:prod*\"", "pillar_exact", ":", true, &["db1"], &[]),
+        ("\"env:PROD\"", "pillar_exact", ":", true, &["web1"], &[]),
+        (
+            "\"app:tier:front\"",
+            "pillar",
+            ":",
+            true,
+            &["web1", "web2"],
+            &[],
+        ),
+        ("\"app:list:a\"", "pillar", ":", true, &["web1"], &[]),
+        ("\"env:^prod$\"", "pillar_pcre", ":", true, &["web1"], &[]),
+        (
+            "\"app:tier\"",
+            "pillar",
+            ":",
+            true,
+            &["db1", "web1", "web2"],
+            &[],
+        ),
+        (
+            "\"10.0.0.0/24\"",
+            "ipcidr",
+            ":",
+            true,
+            &["other.example.com", "web1", "web2"],
+            &[],
+        ),
+        (
+            "\"10.0.0.11\"",
+            "ipcidr",
+            ":",
+            true,
+            &["other.example.com", "web1"],
+            &[],
+        ),
+        ("\"10.0.0.1/24\"", "ipcidr", ":", true, &[], &[]),
+        ("\"nonsense\"", "ipcidr", ":", true, &[], &[]),
+        (
+            "\"192.168.1.3\"",
+            "ipcidr",
+            ":",
+            true,
+            &["other.example.com", "Web3"],
+            &[],
+        ),
+        (
+            "\"192.168.1.0/24\"",
+            "ipcidr",
+            ":",
+            true,
+            &["other.example.com", "Web3"],
+            &[],
+        ),
+        (
+            "\"2001:db8::/32\"",
+            "ipcidr",
+            ":",
+            true,
+            &["db1", "other.example.com"],
+            &[],
+        ),
+        (
+            "\"::1\"",
+            "ipcidr",
+            ":",
+            true,
+            &["other.example.com", "web1"],
+            &[],
+        ),
+        (
+            "\"0.0.0.0/0\"",
+            "ipcidr",
+            ":",
+            true,
+            &["db1", "other.example.com", "web1", "web2", "Web3"],
+            &[],
+        ),
+        (
+            "\"* and not G@os:RedHat\"",
+            "compound",
+            ":",
+            true,
+            &["db1", "other.example.com", "web2"],
+            &[],
+        ),
+        ("\"L@nope and web1\"", "compound", ":", true, &[], &["nope"]),
+        (
+            "\"web1 or db1\"",
+            "compound",
+            ":",
+            true,
+            &["db1", "web1"],
+            &[],
+        ),
+        ("\"(web1 or db1)\"", "compound", ":", true, &[], &[]),
+        (
+            "\"( web1 or db1 )\"",
+            "compound",
+            ":",
+            true,
+            &["db1", "web1"],
+            &[],
+        ),
+        (
+            "\"web1 or ( db1\"",
+            "compound",
+            ":",
+            true,
+            &["db1", "web1"],
+            &[],
+        ),
+        ("\"web1 )\"", "compound", ":", true, &[], &[]),
+        ("\"and web1\"", "compound", ":", true, &[], &[]),
+        ("\"web1 and\"", "compound", ":", true, &[], &[]),
+        ("\"not not web1\"", "compound", ":", true, &[], &[]),
+        (
+            "\"not web1\"",
+            "compound",
+            ":",
+            true,
+            &["db1", "other.example.com", "web2", "Web3"],
+            &[],
+        ),
+        ("\"web1 not db1\"", "compound", ":", true, &["web1"], &[]),
+        (
+            "\"G|@os|RedHat\"",
+            "compound",
+            ":",
+            true,
+            &["web1", "Web3"],
+            &[],
+        ),
+        ("\"foo@bar\"", "compound", ":", true, &[], &[]),
+        ("\"X@foo\"", "compound", ":", true, &[], &[]),
+        ("\"R@foo\"", "compound", ":", true, &[], &[]),
+        ("\"( and web1 )\"", "compound", ":", true, &[], &[]),
+        (
+            "\"not L@nope\"",
+            "compound",
+            ":",
+            true,
+            &["db1", "other.example.com", "web1", "web2", "Web3"],
+            &[],
+        ),
+        (
+            "\"not ( L@nope )\"",
+            "compound",
+            ":",
+            true,
+            &["db1", "other.example.com", "web1", "web2", "Web3"],
+            &["nope"],
+        ),
+        (
+            "\"E@web\\\\d and not E@web1\"",
+            "compound",
+            ":",
+            true,
+            &["web2"],
+            &[],
+        ),
+        (
+            "\"S@10.0.0.0/24 and G@os:Ubuntu\"",
+            "compound",
+            ":",
+            true,
+            &["web2"],
+            &[],
+        ),
+        (
+            "\"I@env:prod*\"",
+            "compound",
+            ":",
+            true,
+            &["db1", "web1", "web2"],
+            &[],
+        ),
+        (
+            "\"I@env:prod*\"",
+            "compound_pillar_exact",
+            ":",
+            true,
+            &["db1"],
+            &[],
+        ),
+        (
+            "\"J@env:prod.*\"",
+            "compound_pillar_exact",
+            ":",
+            true,
+            &[],
+            &[],
+        ),
+        ("\"N@web\"", "compound", ":", true, &["web1", "web2"], &[]),
+        (
+            "\"N@webdb\"",
+            "compound",
+            ":",
+            true,
+            &["db1", "web1", "web2"],
+            &[],
+        ),
+        ("\"N@lst\"", "compound", ":", true, &["db1", "web1"], &[]),
+        ("\"N@rx\"", "compound", ":", true, &["web1", "web2"], &[]),
+        ("\"N@bad or web1\"", "compound", ":", true, &[], &[]),
+        ("\"N@nope or web1\"", "compound", ":", true, &[], &[]),
+        (
+            "\"not N@expr\"",
+            "compound",
+            ":",
+            true,
+            &["db1", "other.example.com", "web1", "Web3"],
+            &[],
+        ),
+        ("\"web1 ( db1 )\"", "compound", ":", true, &[], &[]),
+        ("\"( )\"", "compound", ":", true, &[], &[]),
+        (
+            "\"web*,db1 and not web2\"",
+            "compound",
+            ":",
+            true,
+            &["db1", "web1"],
+            &[],
+        ),
+        ("\"M@web*\"", "compound", ":", true, &["web1", "web2"], &[]),
+        (
+            "\"P@os:red.* and I@app:tier:front\"",
+            "compound",
+            ":",
+            true,
+            &["web1"],
+            &[],
+        ),
+        ("\"E@( or web1\"", "compound", ":", true, &[], &[]),
+        ("\"\"", "compound", ":", true, &[], &[]),
+        (
+            "[\"web1\", \"or\", \"db1\"]",
+            "compound",
+            ":",
+            true,
+            &["db1", "web1"],
+            &[],
+        ),
+        ("\"web\"", "nodegroup", ":", true, &["web1", "web2"], &[]),
+        (
+            "\"webdb\"",
+            "nodegroup",
+            ":",
+            true,
+            &["db1", "web1", "web2"],
+            &[],
+        ),
+        ("\"lst\"", "nodegroup", ":", true, &["db1", "web1"], &[]),
+        ("\"rx\"", "nodegroup", ":", true, &["web1", "web2"], &[]),
+        ("\"nope\"", "nodegroup", ":", true, &[], &[]),
+        ("\"bad\"", "nodegroup", ":", true, &[], &[]),
+        ("\"os:redhat\"", "grain", ":", false, &["web1", "Web3"], &[]),
+        (
+            "\"10.0.0.0/24\"",
+            "ipcidr",
+            ":",
+            false,
+            &["web1", "web2"],
+            &[],
+        ),
+        ("\"env:prod\"", "pillar", ":", false, &["web1"], &[]),
+        ("\"web*\"", "range", ":", true, &[], &[]),
+        ("\"web*\"", "bogus", ":", true, &[], &[]),
+        ("\"web1\"", "managing_minion", ":", true, &["web1"], &[]),
+    ];
+
+    /// The same checks with `minion_data_cache: False` (one row per target type).
+    const MASTER_CASES_WITHOUT_DATA_CACHE: &[Case] = &[
+        ("\"WEB*\"", "glob", ":", true, &[], &[]),
+        (
+            "\"(?i)web\"",
+            "pcre",
+            ":",
+            true,
+            &["web1", "web2", "Web3"],
+            &[],
+        ),
+        ("\"web1,db1\"", "list", ":", true, &["db1", "web1"], &[]),
+        (
+            "\"os:redhat\"",
+            "grain",
+            ":",
+            true,
+            &["db1", "other.example.com", "web1", "web2", "Web3"],
+            &[],
+        ),
+        (
+            "\"os:(RedHat|CentOS)\"",
+            "grain_pcre",
+            ":",
+            true,
+            &["db1", "other.example.com", "web1", "web2", "Web3"],
+            &[],
+        ),
+        (
+            "\"env:prod*\"",
+            "pillar",
+            ":",
+            true,
+            &["db1", "other.example.com", "web1", "web2", "Web3"],
+            &[],
+        ),
+        (
+            "\"env:prod*\"",
+            "pillar_exact",
+            ":",
+            true,
+            &["db1", "other.example.com", "web1", "web2", "Web3"],
+            &[],
+        ),
+        (
+            "\"env:^prod$\"",
+            "pillar_pcre",
+            ":",
+            true,
+            &["db1", "other.example.com", "web1", "web2", "Web3"],
+            &[],
+        ),
+        (
+            "\"10.0.0.0/24\"",
+            "ipcidr",
+            ":",
+            true,
+            &["db1", "other.example.com", "web1", "web2", "Web3"],
+            &[],
+        ),
+        ("\"* and not G@os:RedHat\"", "compound", ":", true, &[], &[]),
+        (
+            "\"I@env:prod*\"",
+            "compound_pillar_exact",
+            ":",
+            true,
+            &[],
+            &[],
+        ),
+        ("\"web\"", "nodegroup", ":", true, &[], &[]),
+        ("\"os:redhat\"", "grain", ":", false, &[], &[]),
+        ("\"10.0.0.0/24\"", "ipcidr", ":", false, &[], &[]),
+        ("\"env:prod\"", "pillar", ":", false, &[], &[]),
+        ("\"web*\"", "range", ":", true, &[], &[]),
+        ("\"web*\"", "bogus", ":", true, &[], &[]),
+        ("\"web1\"", "managing_minion", ":", true, &["web1"], &[]),
+    ];
+
+    fn disagreements(cases: &[Case], minion_data_cache: bool) -> Vec<String> {
+        let fx = Fixture::load();
+        let regexes = RegexCache::default();
+        let ck = CkMinions {
+            accepted: &fx.accepted,
+            cache: &fx,
+            regexes: &regexes,
+            minion_data_cache,
+            nodegroups: Some(&fx.nodegroups),
+        };
+        cases
+            .iter()
+            .filter_map(|&(tgt, tgt_type, delimiter, greedy, minions, missing)| {
+                let got = ck.check_minions(&json(tgt), tgt_type, delimiter, greedy);
+                (got.minions != minions || got.missing != missing).then(|| {
+                    format!(
+                        "{tgt} {tgt_type} greedy={greedy}: got {:?} {:?}, Salt {minions:?} {missing:?}",
+                        got.minions, got.missing
+                    )
+                })
+            })
+            .collect()
+    }
+
+    #[test]
+    fn expectations_agree_with_salt() {
+        let failures = disagreements(MASTER_CASES, true);
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
+
+    #[test]
+    fn expectations_without_data_cache_agree_with_salt() {
+        let failures = disagreements(MASTER_CASES_WITHOUT_DATA_CACHE, false);
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
+
+    fn check(tgt: &str, tgt_type: &str) -> (Vec<String>, Vec<String>) {
+        let fx = Fixture::load();
+        let regexes = RegexCache::default();
+        let ck = CkMinions {
+            accepted: &fx.accepted,
+            cache: &fx,
+            regexes: &regexes,
+            minion_data_cache: true,
+            nodegroups: Some(&fx.nodegroups),
+        };
+        let r = ck.check_minions(&Value::from(tgt), tgt_type, crate::DEFAULT_DELIMITER, true);
+        (
+            r.minions.into_iter().map(str::to_owned).collect(),
+            r.missing,
+        )
+    }
+
+    macro_rules! expects {
+        ($name:ident, $tgt:expr, $tgt_type:expr, [$($id:expr),*]) => {
+            expects!($name, $tgt, $tgt_type, [$($id),*], []);
+        };
+        ($name:ident, $tgt:expr, $tgt_type:expr, [$($id:expr),*], [$($miss:expr),*]) => {
+            #[test]
+            fn $name() {
+                let want: (Vec<String>, Vec<String>) =
+                    (vec![$($id.to_owned()),*], vec![$($miss.to_owned()),*]);
+                assert_eq!(check($tgt, $tgt_type), want);
+            }
+        };
+    }
+
+    // salt-semantics.md §3.7, verified examples.
+    expects!(glob_is_case_sensitive, "WEB*", "glob", []);
+    expects!(
+        pcre_inline_flags_work,
+        "(?i)web",
+        "pcre",
+        ["web1", "web2", "Web3"]
+    );
+    expects!(
+        grain_is_case_insensitive,
+        "os:redhat",
+        "grain",
+        ["web1", "Web3"]
+    );
+    expects!(
+        grain_glob_is_lowercased,
+        "os:Red*",
+        "grain",
+        ["web1", "Web3"]
+    );
+    expects!(
+        grain_matches_list_members,
+        "role:web",
+        "grain",
+        ["web1", "web2", "Web3"]
+    );
+    expects!(
+        grain_key_existence_matches,
+        "nested:a:b",
+        "grain",
+        ["web1", "web2"]
+    );
+    expects!(
+        grain_pcre_alternation,
+        "os:(RedHat|CentOS)",
+        "grain_pcre",
+        ["db1", "web1", "Web3"]
+    );
+    expects!(pillar_glob, "env:prod*", "pillar", ["db1", "web1", "web2"]);
+    expects!(
+        pillar_exact_takes_star_literally,
+        "env:prod*",
+        "pillar_exact",
+        ["db1"]
+    );
+    expects!(
+        compound_not_keeps_uncached_minions,
+        "* and not G@os:RedHat",
+        "compound",
+        ["db1", "other.example.com", "web2"]
+    );
+    expects!(
+        compound_reports_missing_list_ids,
+        "L@nope and web1",
+        "compound",
+        [],
+        ["nope"]
+    );
+    // §3.2 and §3.4.
+    expects!(
+        glob_is_comma_split_on_the_master,
+        "web1,db1",
+        "glob",
+        ["db1", "web1"]
+    );
+    expects!(pending_keys_are_never_candidates, "pend1", "glob", []);
+    expects!(
+        list_items_are_not_stripped,
+        "web1, db1",
+        "list",
+        ["web1"],
+        [" db1"]
+    );
+    expects!(
+        uncached_minions_are_dropped_from_grain_results,
+        "os:*",
+        "grain",
+        ["db1", "web1", "web2", "Web3"]
+    );
+    expects!(
+        uncached_minions_are_kept_in_ipcidr_results,
+        "10.0.0.0/24",
+        "ipcidr",
+        ["other.example.com", "web1", "web2"]
+    );
+    expects!(invalid_ipcidr_expects_nobody, "10.0.0.1/24", "ipcidr", []);
+    expects!(
+        glued_parenthesis_is_invalid,
+        "(web1 or db1)",
+        "compound",
+        []
+    );
+    expects!(
+        unclosed_parenthesis_is_auto_closed,
+        "web1 or ( db1",
+        "compound",
+        ["db1", "web1"]
+    );
+    expects!(
+        unexpected_right_parenthesis_is_invalid,
+        "web1 )",
+        "compound",
+        []
+    );
+    expects!(trailing_operator_is_invalid, "web1 and", "compound", []);
+    expects!(double_not_is_invalid, "not not web1", "compound", []);
+    expects!(
+        missing_is_suppressed_right_after_not,
+        "not L@nope",
+        "compound",
+        ["db1", "other.example.com", "web1", "web2", "Web3"]
+    );
+    expects!(
+        range_in_compound_fails_everything,
+        "R@foo or web1",
+        "compound",
+        []
+    );
+    expects!(
+        nested_nodegroups_expand_in_parentheses,
+        "N@webdb",
+        "compound",
+        ["db1", "web1", "web2"]
+    );
+    expects!(
+        top_level_nodegroup_words_are_not_parenthesised,
+        "not N@expr",
+        "compound",
+        ["db1", "other.example.com", "web1", "Web3"]
+    );
+    expects!(
+        cyclic_nodegroup_yields_nothing,
+        "N@bad or web1",
+        "compound",
+        []
+    );
+    expects!(
+        resource_engine_expects_nobody,
+        "T@x:y or web1",
+        "compound",
+        ["web1"]
+    );
+
+    /// Counts what a check reads from the cache.
+    struct CountingCache<'f> {
+        inner: &'f Fixture,
+        fetches: Cell<usize>,
+    }
+
+    impl MinionDataCache for CountingCache<'_> {
+        fn has_grains(&self, id: &str) -> bool {
+            self.inner.has_grains(id)
+        }
+
+        fn fetch(&self, bank: Bank, id: &str) -> Option<Cow<'_, Value>> {
+            self.fetches.set(self.fetches.get() + 1);
+            self.inner.fetch(bank, id)
+        }
+    }
+
+    #[test]
+    fn data_is_fetched_only_for_cached_minions_and_only_when_needed() {
+        let fx = Fixture::load();
+        let cache = CountingCache {
+            inner: &fx,
+            fetches: Cell::new(0),
+        };
+        let regexes = RegexCache::default();
+        let ck = CkMinions {
+            accepted: &fx.accepted,
+            cache: &cache,
+            regexes: &regexes,
+            minion_data_cache: true,
+            nodegroups: None,
+        };
+        ck.check_minions(&Value::from("web*"), "glob", ":", true);
+        ck.check_minions(&Value::from("web1,nope"), "list", ":", true);
+        assert_eq!(cache.fetches.get(), 0);
+        ck.check_minions(&Value::from("os:redhat"), "grain", ":", true);
+        assert_eq!(cache.fetches.get(), 4);
+    }
+
+    #[test]
+    fn expected_ids_borrow_from_the_accepted_set() {
+        let fx = Fixture::load();
+        let regexes = RegexCache::default();
+        let ck = CkMinions {
+            accepted: &fx.accepted,
+            cache: &EmptyCache,
+            regexes: &regexes,
+            minion_data_cache: true,
+            nodegroups: None,
+        };
+        let result = ck.check_minions(&Value::from("db1"), "glob", ":", true);
+        let stored = fx.accepted.get("db1").map(String::as_str);
+        assert!(std::ptr::eq(result.minions[0], stored.unwrap_or_default()));
+    }
+
+    #[test]
+    fn non_greedy_candidates_are_cached_accepted_minions() {
+        let fx = Fixture::load();
+        let regexes = RegexCache::default();
+        let ck = CkMinions {
+            accepted: &fx.accepted,
+            cache: &fx,
+            regexes: &regexes,
+            minion_data_cache: true,
+            nodegroups: None,
+        };
+        let r = ck.check_minions(&Value::from("0.0.0.0/0"), "ipcidr", ":", false);
+        assert_eq!(r.minions, ["db1", "web1", "web2", "Web3"]);
+    }
+
+    #[test]
+    fn catastrophic_pcre_fails_the_check_instead_of_hanging() {
+        // "b" matches, but evaluating the pattern against the long id exceeds the limit, and
+        // like any regex failure that fails the whole check.
+        let accepted: BTreeSet<String> = ["a".repeat(5000), "b".to_owned()].into_iter().collect();
+        let regexes = RegexCache::default();
+        let ck = CkMinions {
+            accepted: &accepted,
+            cache: &EmptyCache,
+            regexes: &regexes,
+            minion_data_cache: true,
+            nodegroups: None,
+        };
+        let r = ck.check_minions(&Value::from(r"(a*)*\1b"), "pcre", ":", true);
+        assert!(r.minions.is_empty());
     }
 }

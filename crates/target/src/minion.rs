@@ -125,7 +125,13 @@ impl Engine {
         })
     }
 
-    fn matches(self, facts: &MinionFacts<'_>, tgt: &Value, delimiter: &str, regexes: &RegexCache) -> Outcome {
+    fn matches(
+        self,
+        facts: &MinionFacts<'_>,
+        tgt: &Value,
+        delimiter: &str,
+        regexes: &RegexCache,
+    ) -> Outcome {
         match self {
             Engine::Glob => Outcome::Bool(
                 pyvalue::text(tgt).is_some_and(|pattern| fnmatch::fnmatch(facts.id, pattern)),
@@ -143,17 +149,46 @@ impl Engine {
             Engine::List => list_match(facts.id, tgt),
             Engine::ManagingMinion => Outcome::Bool(pyvalue::text(tgt) == Some(facts.id)),
             Engine::Resource => Outcome::Bool(false),
-            Engine::Grain => subdict_engine(facts.grains, tgt, delimiter, MatchMode::Glob, "grains", regexes),
-            Engine::GrainPcre => {
-                subdict_engine(facts.grains, tgt, delimiter, MatchMode::Regex, "grains pcre", regexes)
-            }
-            Engine::Pillar => subdict_engine(facts.pillar, tgt, delimiter, MatchMode::Glob, "pillar", regexes),
-            Engine::PillarPcre => {
-                subdict_engine(facts.pillar, tgt, delimiter, MatchMode::Regex, "pillar PCRE", regexes)
-            }
-            Engine::PillarExact => {
-                subdict_engine(facts.pillar, tgt, delimiter, MatchMode::Exact, "pillar", regexes)
-            }
+            Engine::Grain => subdict_engine(
+                facts.grains,
+                tgt,
+                delimiter,
+                MatchMode::Glob,
+                "grains",
+                regexes,
+            ),
+            Engine::GrainPcre => subdict_engine(
+                facts.grains,
+                tgt,
+                delimiter,
+                MatchMode::Regex,
+                "grains pcre",
+                regexes,
+            ),
+            Engine::Pillar => subdict_engine(
+                facts.pillar,
+                tgt,
+                delimiter,
+                MatchMode::Glob,
+                "pillar",
+                regexes,
+            ),
+            Engine::PillarPcre => subdict_engine(
+                facts.pillar,
+                tgt,
+                delimiter,
+                MatchMode::Regex,
+                "pillar PCRE",
+                regexes,
+            ),
+            Engine::PillarExact => subdict_engine(
+                facts.pillar,
+                tgt,
+                delimiter,
+                MatchMode::Exact,
+                "pillar",
+                regexes,
+            ),
             Engine::Ipcidr => match IpTarget::parse(tgt) {
                 None => {
                     tracing::error!("Invalid IP/CIDR target: {}", pyvalue::to_str(tgt));
@@ -172,8 +207,12 @@ impl Engine {
 fn list_match(id: &str, tgt: &Value) -> Outcome {
     if let Some(list) = pyvalue::text(tgt) {
         let hit = list.contains(&format!(",{id},"))
-            || list.strip_prefix(id).is_some_and(|rest| rest.starts_with(','))
-            || list.strip_suffix(id).is_some_and(|rest| rest.ends_with(','))
+            || list
+                .strip_prefix(id)
+                .is_some_and(|rest| rest.starts_with(','))
+            || list
+                .strip_suffix(id)
+                .is_some_and(|rest| rest.ends_with(','))
             || list == id;
         return Outcome::Bool(hit);
     }
@@ -260,7 +299,9 @@ fn compound_match(facts: &MinionFacts<'_>, tgt: &Value, regexes: &RegexCache) ->
                         tracing::error!("Invalid beginning operator after \"(\": {}", word);
                         return false;
                     }
-                    if op == BoolTok::Not && !matches!(last, BoolTok::And | BoolTok::Or | BoolTok::Open) {
+                    if op == BoolTok::Not
+                        && !matches!(last, BoolTok::And | BoolTok::Or | BoolTok::Open)
+                    {
                         results.push(BoolTok::And);
                     }
                     results.push(op);
@@ -306,11 +347,20 @@ fn compound_match(facts: &MinionFacts<'_>, tgt: &Value, regexes: &RegexCache) ->
     }
     let rendered: Vec<&str> = results.iter().map(|t| t.text()).collect();
     let rendered = rendered.join(" ");
-    tracing::debug!("compound_match {} ? \"{}\" => \"{}\"", facts.id, shown, rendered);
+    tracing::debug!(
+        "compound_match {} ? \"{}\" => \"{}\"",
+        facts.id,
+        shown,
+        rendered
+    );
     match compound::eval_bool(&results) {
         Ok(b) => b,
         Err(_) => {
-            tracing::error!("Invalid compound target: {} for results: {}", shown, rendered);
+            tracing::error!(
+                "Invalid compound target: {} for results: {}",
+                shown,
+                rendered
+            );
             false
         }
     }
@@ -321,5 +371,354 @@ fn render(outcome: Outcome) -> BoolTok {
         Outcome::Bool(true) => BoolTok::Value(true, "True"),
         Outcome::Bool(false) | Outcome::Raised => BoolTok::Value(false, "False"),
         Outcome::EmptyList => BoolTok::Value(false, "[]"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::{json, Fixture};
+
+    /// `(tgt as JSON, tgt_type, delimiter, accepting minions)`.
+    type Case = (
+        &'static str,
+        Option<&'static str>,
+        Option<&'static str>,
+        &'static [&'static str],
+    );
+
+    /// `(tgt as JSON, tgt_type, delimiter, minions that accept)`, from Salt 3008.3's
+    /// matchers loaded with each fixture minion's opts.
+    const MINION_CASES: &[Case] = &[
+        ("\"web*\"", Some("glob"), None, &["web1", "web2"]),
+        ("\"web1,db1\"", Some("glob"), None, &[]),
+        ("\"WEB*\"", None, None, &[]),
+        ("5", Some("glob"), None, &[]),
+        ("\"web\\\\d\"", Some("pcre"), None, &["web1", "web2"]),
+        ("\"(\"", Some("pcre"), None, &[]),
+        ("\"(?i)WEB\"", Some("pcre"), None, &["web1", "web2", "Web3"]),
+        ("\"web1,db1\"", Some("list"), None, &["web1", "db1"]),
+        ("\"xweb1,db1\"", Some("list"), None, &["db1"]),
+        ("\"db1,web1\"", Some("list"), None, &["web1", "db1"]),
+        ("\"a,web1,b\"", Some("list"), None, &["web1"]),
+        ("\"web1\"", Some("list"), None, &["web1"]),
+        ("[\"web1\", \"db1\"]", Some("list"), None, &["web1", "db1"]),
+        ("\"web1, db1\"", Some("list"), None, &["web1"]),
+        ("\"os:redhat\"", Some("grain"), None, &["web1", "Web3"]),
+        ("\"os\"", Some("grain"), None, &[]),
+        ("\"os|RedHat\"", Some("grain"), Some("|"), &["web1", "Web3"]),
+        ("\"os:RedHat\"", Some("grain"), Some("|"), &[]),
+        (
+            "\"role:web\"",
+            Some("grain"),
+            None,
+            &["web1", "web2", "Web3"],
+        ),
+        (
+            "\"os:(RedHat|CentOS)\"",
+            Some("grain_pcre"),
+            None,
+            &["web1", "db1", "Web3"],
+        ),
+        ("\"os:\\\\D+\"", Some("grain_pcre"), None, &[]),
+        (
+            "\"env:prod*\"",
+            Some("pillar"),
+            None,
+            &["web1", "web2", "db1"],
+        ),
+        ("\"env:prod*\"", Some("pillar_exact"), None, &["db1"]),
+        ("\"env|prod*\"", Some("pillar_exact"), Some("|"), &[]),
+        ("\"env:^prod$\"", Some("pillar_pcre"), None, &["web1"]),
+        ("\"env|^prod$\"", Some("pillar_pcre"), Some("|"), &[]),
+        ("\"env|prod\"", Some("pillar"), Some("|"), &["web1"]),
+        ("\"10.0.0.0/24\"", Some("ipcidr"), None, &["web1", "web2"]),
+        ("\"10.0.0.11\"", Some("ipcidr"), None, &["web1"]),
+        ("\"nonsense\"", Some("ipcidr"), None, &[]),
+        ("\"192.168.1.0/24\"", Some("ipcidr"), None, &["Web3"]),
+        ("\"192.168.1.3\"", Some("ipcidr"), None, &["Web3"]),
+        ("\"2001:db8::/32\"", Some("ipcidr"), None, &["db1"]),
+        ("\"10.0.0.1/24\"", Some("ipcidr"), None, &[]),
+        (
+            "\"* and not G@os:RedHat\"",
+            Some("compound"),
+            None,
+            &["web2", "db1", "other.example.com"],
+        ),
+        ("\"L@nope and web1\"", Some("compound"), None, &[]),
+        ("\"web1 or db1\"", Some("compound"), None, &["web1", "db1"]),
+        ("\"(web1 or db1)\"", Some("compound"), None, &[]),
+        (
+            "\"( web1 or db1 )\"",
+            Some("compound"),
+            None,
+            &["web1", "db1"],
+        ),
+        ("\"web1 or ( db1\"", Some("compound"), None, &[]),
+        ("\"web1 )\"", Some("compound"), None, &[]),
+        ("\"and web1\"", Some("compound"), None, &[]),
+        ("\"web1 and\"", Some("compound"), None, &[]),
+        ("\"not not web1\"", Some("compound"), None, &[]),
+        (
+            "\"not web1\"",
+            Some("compound"),
+            None,
+            &["web2", "db1", "Web3", "other.example.com"],
+        ),
+        ("\"web1 not db1\"", Some("compound"), None, &["web1"]),
+        (
+            "\"G|@os|RedHat\"",
+            Some("compound"),
+            None,
+            &["web1", "Web3"],
+        ),
+        ("\"foo@bar\"", Some("compound"), None, &[]),
+        ("\"X@foo\"", Some("compound"), None, &[]),
+        ("\"R@foo\"", Some("compound"), None, &[]),
+        ("\"( and web1 )\"", Some("compound"), None, &[]),
+        ("\"web1 or db1 ( x )\"", Some("compound"), None, &["web1"]),
+        ("\"web1 and db1 ( x )\"", Some("compound"), None, &[]),
+        ("\"web1 ( db1 )\"", Some("compound"), None, &[]),
+        ("\"( )\"", Some("compound"), None, &[]),
+        (
+            "\"not ( )\"",
+            Some("compound"),
+            None,
+            &["web1", "web2", "db1", "Web3", "other.example.com"],
+        ),
+        ("\"S@nonsense or web1\"", Some("compound"), None, &["web1"]),
+        ("\"S@nonsense\"", Some("compound"), None, &[]),
+        ("\"N@web or db1\"", Some("compound"), None, &[]),
+        ("\"E@( or web1\"", Some("compound"), None, &[]),
+        (
+            "\"E@web\\\\d and not E@web1\"",
+            Some("compound"),
+            None,
+            &["web2"],
+        ),
+        (
+            "\"P@os:red.* and I@app:tier:front\"",
+            Some("compound"),
+            None,
+            &["web1"],
+        ),
+        ("\"M@web1\"", Some("compound"), None, &["web1"]),
+        ("\"T@x:y or web1\"", Some("compound"), None, &["web1"]),
+        ("\"\"", Some("compound"), None, &[]),
+        (
+            "[\"web1\", \"or\", \"db1\"]",
+            Some("compound"),
+            None,
+            &["web1", "db1"],
+        ),
+        ("5", Some("compound"), None, &[]),
+        ("\"web1,db1\"", Some("compound"), None, &[]),
+        (
+            "\"L@web1,db1 and not G@os:CentOS\"",
+            Some("compound"),
+            None,
+            &["web1"],
+        ),
+        (
+            "\"J@env:prod.* or I@env:dev\"",
+            Some("compound"),
+            None,
+            &["web1", "web2", "db1", "Web3"],
+        ),
+        (
+            "\"G@nested:a:b\"",
+            Some("compound"),
+            None,
+            &["web1", "web2"],
+        ),
+        ("\"G@os\"", Some("compound"), None, &[]),
+        (
+            "\"S@10.0.0.0/24 or S@192.168.1.3\"",
+            Some("compound"),
+            None,
+            &["web1", "web2", "Web3"],
+        ),
+        ("\"web1\"", Some("range"), None, &[]),
+        ("\"web1\"", Some("nodegroup"), None, &[]),
+        ("\"web1\"", Some("bogus"), None, &[]),
+    ];
+
+    fn accepting(
+        fx: &Fixture,
+        tgt: &Value,
+        tgt_type: Option<&str>,
+        delimiter: Option<&str>,
+    ) -> Vec<String> {
+        let regexes = RegexCache::default();
+        let none = Value::Map(Vec::new());
+        ["web1", "web2", "db1", "Web3", "other.example.com"]
+            .into_iter()
+            .filter(|id| {
+                let facts = MinionFacts {
+                    id,
+                    grains: fx.grains.get(*id).unwrap_or(&none),
+                    pillar: fx.pillar.get(*id).unwrap_or(&none),
+                    nodegroups: None,
+                };
+                minion_match(&facts, tgt, tgt_type, delimiter, &regexes)
+            })
+            .map(str::to_owned)
+            .collect()
+    }
+
+    #[test]
+    fn decisions_agree_with_salt_matchers() {
+        let fx = Fixture::load();
+        let failures: Vec<String> = MINION_CASES
+            .iter()
+            .filter_map(|&(tgt, tgt_type, delimiter, want)| {
+                let got = accepting(&fx, &json(tgt), tgt_type, delimiter);
+                (got != want).then(|| {
+                    format!("{tgt} {tgt_type:?} {delimiter:?}: got {got:?}, Salt {want:?}")
+                })
+            })
+            .collect();
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
+
+    macro_rules! decides {
+        ($name:ident, $tgt:expr, $tgt_type:expr, [$($id:expr),*]) => {
+            #[test]
+            fn $name() {
+                let fx = Fixture::load();
+                let want: Vec<String> = vec![$($id.to_owned()),*];
+                assert_eq!(accepting(&fx, &Value::from($tgt), Some($tgt_type), None), want);
+            }
+        };
+    }
+
+    decides!(
+        glob_is_not_comma_split_on_the_minion,
+        "web1,db1",
+        "glob",
+        []
+    );
+    decides!(
+        parenthesis_glued_to_a_word_is_invalid,
+        "(web1 or db1)",
+        "compound",
+        []
+    );
+    decides!(
+        separate_parentheses_work,
+        "( web1 or db1 )",
+        "compound",
+        ["web1", "db1"]
+    );
+    decides!(
+        unclosed_parenthesis_is_invalid_on_the_minion,
+        "web1 or ( db1",
+        "compound",
+        []
+    );
+    decides!(
+        not_after_a_term_implies_and,
+        "web1 not db1",
+        "compound",
+        ["web1"]
+    );
+    decides!(double_not_is_invalid, "not not web1", "compound", []);
+    decides!(
+        leading_binary_operator_is_invalid,
+        "and web1",
+        "compound",
+        []
+    );
+    decides!(
+        custom_grain_delimiter_in_compound,
+        "G|@os|RedHat",
+        "compound",
+        ["web1", "Web3"]
+    );
+    decides!(
+        word_with_unknown_engine_letter_is_a_glob,
+        "foo@bar",
+        "compound",
+        []
+    );
+    decides!(
+        range_engine_is_unrecognised,
+        "R@foo or web1",
+        "compound",
+        []
+    );
+    decides!(
+        resource_engine_matches_nothing,
+        "T@x:y or web1",
+        "compound",
+        ["web1"]
+    );
+    decides!(
+        invalid_ipcidr_is_falsy_but_not_an_error,
+        "S@nonsense or web1",
+        "compound",
+        ["web1"]
+    );
+    decides!(grain_without_delimiter_never_matches, "os", "grain", []);
+    decides!(unknown_target_type_is_not_for_me, "web1", "range", []);
+
+    #[test]
+    fn delimiter_applies_to_grain_and_pillar_but_not_pillar_pcre() {
+        let fx = Fixture::load();
+        assert_eq!(
+            accepting(&fx, &Value::from("os|RedHat"), Some("grain"), Some("|")),
+            ["web1", "Web3"]
+        );
+        assert_eq!(
+            accepting(&fx, &Value::from("env|prod"), Some("pillar"), Some("|")),
+            ["web1"]
+        );
+        assert!(accepting(
+            &fx,
+            &Value::from("env|^prod$"),
+            Some("pillar_pcre"),
+            Some("|")
+        )
+        .is_empty());
+    }
+
+    #[test]
+    fn missing_tgt_type_is_a_glob() {
+        let fx = Fixture::load();
+        assert_eq!(
+            accepting(&fx, &Value::from("web*"), None, None),
+            ["web1", "web2"]
+        );
+    }
+
+    #[test]
+    fn nodegroups_in_minion_config_expand() {
+        let grains = Value::Map(Vec::new());
+        let nodegroups = json(r#"{"web": "L@web1,web2"}"#);
+        let facts = MinionFacts {
+            id: "web2",
+            grains: &grains,
+            pillar: &grains,
+            nodegroups: Some(&nodegroups),
+        };
+        let regexes = RegexCache::default();
+        assert!(minion_match(
+            &facts,
+            &Value::from("N@web"),
+            Some("compound"),
+            None,
+            &regexes
+        ));
+        let bare = MinionFacts {
+            nodegroups: None,
+            ..facts
+        };
+        assert!(!minion_match(
+            &bare,
+            &Value::from("N@web"),
+            Some("compound"),
+            None,
+            &regexes
+        ));
     }
 }

@@ -27,7 +27,12 @@ pub fn nodegroup_comp(name: &str, nodegroups: &Value) -> Vec<String> {
     expand(name, nodegroups, &mut skip, true)
 }
 
-fn expand(name: &str, nodegroups: &Value, skip: &mut BTreeSet<String>, first_call: bool) -> Vec<String> {
+fn expand(
+    name: &str,
+    nodegroups: &Value,
+    skip: &mut BTreeSet<String>,
+    first_call: bool,
+) -> Vec<String> {
     if skip.contains(name) {
         tracing::error!(
             "Failed nodegroup expansion: illegal nested nodegroup \"{}\"",
@@ -44,7 +49,10 @@ fn expand(name: &str, nodegroups: &Value, skip: &mut BTreeSet<String>, first_cal
         return Vec::new();
     };
     let words: Vec<String> = match definition {
-        Value::Array(items) => items.iter().map(|w| pyvalue::to_str(w).into_owned()).collect(),
+        Value::Array(items) => items
+            .iter()
+            .map(|w| pyvalue::to_str(w).into_owned())
+            .collect(),
         other => match pyvalue::text(other) {
             Some(s) => s.split_whitespace().map(str::to_owned).collect(),
             None => {
@@ -120,4 +128,81 @@ fn plain_list(words: &[String]) -> Option<String> {
         "L@"
     };
     Some(format!("{prefix}{}", words.join(",")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testutil::json;
+
+    // Expansions from Salt 3008.3's `nodegroup_comp`.
+    const NODEGROUPS: &str = "{\"web\": \"L@web1,web2\", \"dbs\": \"G@role:db\", \"webdb\": \"N@web or N@dbs\", \"lst\": [\"web1\", \"db1\"], \"rx\": \"web[0-9]+\", \"bad\": \"N@bad\", \"expr\": \"G@os:Ubuntu or db1\", \"nested_list\": [\"N@lst\", \"or\", \"N@rx\"], \"empty\": \"\", \"star\": \"web*\", \"num\": 5, \"typed\": \"G@os:x web1\", \"deep\": \"N@webdb and not N@expr\", \"plain2\": \"a b c\"}";
+    const EXPANSIONS: &[(&str, &[&str])] = &[
+        ("web", &["L@web1,web2"]),
+        ("dbs", &["G@role:db"]),
+        (
+            "webdb",
+            &[
+                "(",
+                "(",
+                "L@web1,web2",
+                ")",
+                "or",
+                "(",
+                "G@role:db",
+                ")",
+                ")",
+            ],
+        ),
+        ("lst", &["L@web1,db1"]),
+        ("rx", &["E@web[0-9]+"]),
+        ("bad", &[]),
+        ("expr", &["G@os:Ubuntu", "or", "db1"]),
+        (
+            "nested_list",
+            &["(", "L@web1,db1", "or", "E@web[0-9]+", ")"],
+        ),
+        ("empty", &["L@"]),
+        ("star", &["web*"]),
+        ("num", &[]),
+        ("typed", &["G@os:x", "web1"]),
+        (
+            "deep",
+            &[
+                "(",
+                "(",
+                "(",
+                "L@web1,web2",
+                ")",
+                "or",
+                "(",
+                "G@role:db",
+                ")",
+                ")",
+                "and",
+                "not",
+                "(",
+                "G@os:Ubuntu",
+                "or",
+                "db1",
+                ")",
+                ")",
+            ],
+        ),
+        ("plain2", &["L@a,b,c"]),
+        ("missing", &[]),
+    ];
+
+    #[test]
+    fn expansions_agree_with_salt() {
+        let nodegroups = json(NODEGROUPS);
+        for &(name, want) in EXPANSIONS {
+            assert_eq!(nodegroup_comp(name, &nodegroups), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn non_map_option_has_no_groups() {
+        assert!(nodegroup_comp("web", &Value::Nil).is_empty());
+    }
 }

@@ -481,6 +481,7 @@ impl Parser<'_> {
     }
 
     /// `_parse_sub`: an alternation `a|b|c`.
+    ///
     /// Returns the translation and whether it can only match the empty string.
     fn parse_sub(&mut self, flags: Flags, nested: usize) -> Result<(String, bool), Error> {
         self.depth += 1;
@@ -599,8 +600,12 @@ impl Parser<'_> {
                 Tok::Char('.') => items.push(Item::other(
                     if flags.dotall { "(?s:.)" } else { "." }.to_owned(),
                 )),
-                Tok::Char('^') => items.push(Item::at(if flags.multiline { "(?m:^)" } else { "^" })),
-                Tok::Char('$') => items.push(Item::at(if flags.multiline { "(?m:$)" } else { DOLLAR })),
+                Tok::Char('^') => {
+                    items.push(Item::at(if flags.multiline { "(?m:^)" } else { "^" }))
+                }
+                Tok::Char('$') => {
+                    items.push(Item::at(if flags.multiline { "(?m:$)" } else { DOLLAR }))
+                }
                 Tok::Char('(') => {
                     if let Some(item) = self.group(&mut flags, nested, first && items.is_empty())? {
                         items.push(item);
@@ -736,10 +741,9 @@ impl Parser<'_> {
     fn code_point(&self, value: u32, spelled: impl Fn() -> String) -> Result<char, Error> {
         match char::from_u32(value) {
             Some(c) => Ok(c),
-            None if (0xD800..=0xDFFF).contains(&value) => Err(self.unsupported(format!(
-                "surrogate code point {}",
-                spelled()
-            ))),
+            None if (0xD800..=0xDFFF).contains(&value) => {
+                Err(self.unsupported(format!("surrogate code point {}", spelled())))
+            }
             None => Err(self.error(format!("bad escape {}", spelled()))),
         }
     }
@@ -768,13 +772,13 @@ impl Parser<'_> {
                 };
                 if that == Tok::Char(']') {
                     items.push(first.text());
-                    items.push(class_literal('-'));
+                    items.push(literal('-'));
                     break;
                 }
                 let second = self.class_member(that, flags)?;
                 match (first, second) {
                     (ClassMember::Char(lo), ClassMember::Char(hi)) if lo <= hi => {
-                        items.push(format!("{}-{}", class_literal(lo), class_literal(hi)));
+                        items.push(format!("{}-{}", literal(lo), literal(hi)));
                     }
                     _ => {
                         return Err(self.error(format!(
@@ -880,10 +884,9 @@ impl Parser<'_> {
                                 behind = true;
                             }
                             Some(t) => {
-                                return Err(self.error(format!(
-                                    "unknown extension ?<{}",
-                                    tok_text(t)
-                                )))
+                                return Err(
+                                    self.error(format!("unknown extension ?<{}", tok_text(t)))
+                                )
                             }
                         }
                     }
@@ -904,31 +907,29 @@ impl Parser<'_> {
                     capture = false;
                     atomic = true;
                 }
-                c if "aiLmsuxt-".contains(c) => {
-                    match self.parse_flags(c)? {
-                        ParsedFlags::Global(on) => {
-                            if !at_start {
-                                return Err(
-                                    self.error("global flags not at the start of the expression")
-                                );
-                            }
-                            for f in on.chars() {
-                                self.global.set(f, true);
-                                flags.set(f, true);
-                            }
-                            return Ok(None);
+                c if "aiLmsuxt-".contains(c) => match self.parse_flags(c)? {
+                    ParsedFlags::Global(on) => {
+                        if !at_start {
+                            return Err(
+                                self.error("global flags not at the start of the expression")
+                            );
                         }
-                        ParsedFlags::Scoped(on, off) => {
-                            for f in on.chars() {
-                                inner_flags.set(f, true);
-                            }
-                            for f in off.chars() {
-                                inner_flags.set(f, false);
-                            }
-                            capture = false;
+                        for f in on.chars() {
+                            self.global.set(f, true);
+                            flags.set(f, true);
                         }
+                        return Ok(None);
                     }
-                }
+                    ParsedFlags::Scoped(on, off) => {
+                        for f in on.chars() {
+                            inner_flags.set(f, true);
+                        }
+                        for f in off.chars() {
+                            inner_flags.set(f, false);
+                        }
+                        capture = false;
+                    }
+                },
                 c => return Err(self.error(format!("unknown extension ?{c}"))),
             }
         }
@@ -1168,7 +1169,7 @@ enum ClassMember {
 impl ClassMember {
     fn text(&self) -> String {
         match self {
-            ClassMember::Char(c) => class_literal(*c),
+            ClassMember::Char(c) => literal(*c),
             ClassMember::Category(s) => s.clone(),
         }
     }
@@ -1218,7 +1219,13 @@ fn literal_item(c: char) -> Item {
 /// to quantify: with a minimum of one or more it is the item itself, with a minimum of zero
 /// it is "the item, or nothing" in the quantifier's preference order, and with a maximum
 /// of zero it never runs (the item stays in place so group numbers do not shift).
-fn quantify_empty_width(text: &str, min: u64, max: Option<u64>, lazy: bool, possessive: bool) -> String {
+fn quantify_empty_width(
+    text: &str,
+    min: u64,
+    max: Option<u64>,
+    lazy: bool,
+    possessive: bool,
+) -> String {
     if max == Some(0) {
         format!("(?:(?!){text}|)")
     } else if min > 0 {
@@ -1232,21 +1239,18 @@ fn quantify_empty_width(text: &str, min: u64, max: Option<u64>, lazy: bool, poss
     }
 }
 
-/// A literal character outside a class, escaped so the engine reads it literally.
+/// A literal character, escaped so the engine reads it literally in or out of a class.
+///
+/// Punctuation is backslash-escaped, except `<` and `>`: the engine reads `\<` and `\>`
+/// as word boundaries, so those (like controls and spaces) are written as `\x{..}`.
 fn literal(c: char) -> String {
     if c.is_ascii_alphanumeric() || c == '_' || (!c.is_ascii() && !c.is_control()) {
         c.to_string()
     } else if c.is_ascii_graphic() && c != '<' && c != '>' {
-        // (`\<` and `\>` are word boundaries to the engine.)
         format!("\\{c}")
     } else {
         format!("\\x{{{:x}}}", u32::from(c))
     }
-}
-
-/// A literal character inside a class.
-fn class_literal(c: char) -> String {
-    literal(c)
 }
 
 fn tok_text(t: Tok) -> String {
@@ -1534,16 +1538,36 @@ mod tests {
 
     translates!(backslash_big_z_is_end_of_text, r"a\Z", r"a\z");
     translates!(dollar_is_end_or_before_final_newline, "a$", r"a(?=\n?\z)");
-    translates!(multiline_dollar_is_engine_multiline_dollar, "(?m)a$", "a(?m:$)");
+    translates!(
+        multiline_dollar_is_engine_multiline_dollar,
+        "(?m)a$",
+        "a(?m:$)"
+    );
     translates!(lone_brace_is_literal, "a{", r"a\{");
     translates!(named_groups_become_numbered, "(?P<n>a)(?P=n)", r"(a)(?:\1)");
     translates!(global_ignorecase_is_a_prefix, "(?i)ab", "(?i)ab");
     translates!(scoped_ignorecase_wraps_the_group, "a(?i:b)", "a(?i:b)");
-    translates!(verbose_whitespace_and_comments_vanish, "(?x) a  b # c\n", "ab");
+    translates!(
+        verbose_whitespace_and_comments_vanish,
+        "(?x) a  b # c\n",
+        "ab"
+    );
     translates!(octal_escape_is_a_code_point, r"\101", "A");
-    translates!(angle_brackets_are_not_word_boundaries, "<a>", r"\x{3c}a\x{3e}");
-    translates!(quantified_lookahead_becomes_optional, "(?=a)*", "(?:(?=a)|)");
-    translates!(python_space_class_includes_separators, r"\s", r"[\s\x{1c}-\x{1f}]");
+    translates!(
+        angle_brackets_are_not_word_boundaries,
+        "<a>",
+        r"\x{3c}a\x{3e}"
+    );
+    translates!(
+        quantified_lookahead_becomes_optional,
+        "(?=a)*",
+        "(?:(?=a)|)"
+    );
+    translates!(
+        python_space_class_includes_separators,
+        r"\s",
+        r"[\s\x{1c}-\x{1f}]"
+    );
     translates!(ascii_flag_uses_ascii_classes, r"(?a)\d", "[0-9]");
 
     macro_rules! rejects {
@@ -1558,16 +1582,36 @@ mod tests {
         };
     }
 
-    rejects!(unclosed_group_is_rejected, "(a", "missing ), unterminated subpattern");
+    rejects!(
+        unclosed_group_is_rejected,
+        "(a",
+        "missing ), unterminated subpattern"
+    );
     rejects!(unbalanced_close_is_rejected, "a)", "unbalanced parenthesis");
     rejects!(repeat_of_nothing_is_rejected, "*a", "nothing to repeat");
     rejects!(repeat_of_anchor_is_rejected, "^*", "nothing to repeat");
     rejects!(double_repeat_is_rejected, "a**", "multiple repeat");
     rejects!(unknown_letter_escape_is_rejected, r"\q", r"bad escape \q");
-    rejects!(late_global_flags_are_rejected, "a(?i)", "global flags not at the start of the expression");
-    rejects!(reference_to_open_group_is_rejected, r"(a\1)", "cannot refer to an open group");
-    rejects!(reversed_range_is_rejected, "[z-a]", "bad character range z-a");
-    rejects!(locale_flag_is_rejected, "(?L)a", "bad inline flags: cannot use 'L' flag with a str pattern");
+    rejects!(
+        late_global_flags_are_rejected,
+        "a(?i)",
+        "global flags not at the start of the expression"
+    );
+    rejects!(
+        reference_to_open_group_is_rejected,
+        r"(a\1)",
+        "cannot refer to an open group"
+    );
+    rejects!(
+        reversed_range_is_rejected,
+        "[z-a]",
+        "bad character range z-a"
+    );
+    rejects!(
+        locale_flag_is_rejected,
+        "(?L)a",
+        "bad inline flags: cannot use 'L' flag with a str pattern"
+    );
 
     #[test]
     fn named_unicode_escape_is_unsupported() {

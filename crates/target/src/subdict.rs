@@ -23,11 +23,12 @@
 //!
 //! Known differences: the YAML retry understands plain and simply-quoted scalars (null,
 //! booleans, integers, floats, strings) but not tags, anchors or block scalars, and Python's
-//! `int()` accepts non-ASCII digits where this accepts ASCII only. Recursion stops at
-//! [`MAX_DEPTH`] levels (a hostile pattern against deeply nested data would otherwise make
-//! Python recurse until its own limit).
+//! `int()` accepts non-ASCII digits where this accepts ASCII only. A hostile expression
+//! against deeply nested data makes Salt's recursion explode (`*:*:*:…` doubles the work at
+//! every level); here one match gives up, as "no match", after [`MAX_DEPTH`] levels of
+//! nesting or [`MAX_STEPS`] visited values.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
@@ -40,6 +41,9 @@ use crate::Error;
 
 /// Nesting depth at which matching gives up (returns no match).
 pub const MAX_DEPTH: usize = 64;
+
+/// Values visited by one match before it gives up (returns no match).
+pub const MAX_STEPS: usize = 100_000;
 
 /// How the value part of a grain/pillar expression is compared.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,17 +80,25 @@ pub struct SubdictMatcher<'a> {
     mode: MatchMode,
     regexes: &'a RegexCache,
     globs: RefCell<HashMap<String, fnmatch::Pattern>>,
+    /// Steps left in the current [`SubdictMatcher::matches`] call.
+    steps: Cell<usize>,
 }
 
 impl<'a> SubdictMatcher<'a> {
     /// Prepares `expr` (for example `os:RedHat`) split on `delimiter`.
-    pub fn new(expr: &'a str, delimiter: &'a str, mode: MatchMode, regexes: &'a RegexCache) -> Self {
+    pub fn new(
+        expr: &'a str,
+        delimiter: &'a str,
+        mode: MatchMode,
+        regexes: &'a RegexCache,
+    ) -> Self {
         Self {
             expr,
             delimiter,
             mode,
             regexes,
             globs: RefCell::new(HashMap::new()),
+            steps: Cell::new(MAX_STEPS),
         }
     }
 
@@ -95,16 +107,49 @@ impl<'a> SubdictMatcher<'a> {
         if self.delimiter.is_empty() {
             return false;
         }
-        self.subdict(Node::Value(data), self.expr, self.delimiter, 0)
+        self.steps.set(MAX_STEPS);
+        let matched = self.subdict(Node::Value(data), self.expr, self.delimiter, 0);
+        if self.steps.get() == 0 {
+            tracing::warn!(
+                "Gave up matching '{}' after {} steps; treating it as no match",
+                self.expr,
+                MAX_STEPS
+            );
+            return false;
+        }
+        matched
+    }
+
+    /// Spends one step; false once the budget is gone or the nesting is too deep.
+    fn step(&self, depth: usize) -> bool {
+        depth <= MAX_DEPTH && self.spend(1)
+    }
+
+    /// Spends `n` steps; false (and an empty budget) when fewer are left.
+    fn spend(&self, n: usize) -> bool {
+        match self.steps.get().checked_sub(n) {
+            Some(left) if self.steps.get() > 0 => {
+                self.steps.set(left);
+                true
+            }
+            _ => {
+                self.steps.set(0);
+                false
+            }
+        }
     }
 
     fn subdict(&self, data: Node<'_>, expr: &str, delimiter: &str, depth: usize) -> bool {
-        if depth > MAX_DEPTH {
+        if !self.step(depth) {
             return false;
         }
         // Byte offsets of the delimiters, i.e. the boundaries of Python's `expr.split()`.
         let cuts: Vec<usize> = expr.match_indices(delimiter).map(|(i, _)| i).collect();
-        for &cut in cuts.iter().rev() {
+        for (n, &cut) in cuts.iter().enumerate().rev() {
+            // Traversing the key visits one value per path component.
+            if !self.spend(n + 1) {
+                return false;
+            }
             let key = &expr[..cut];
             let (matchstr, found) = if key == "*" {
                 (expr, Some(data))
@@ -136,7 +181,7 @@ impl<'a> SubdictMatcher<'a> {
 
     /// `_dict_match`.
     fn dict_match(&self, target: &[(Value, Value)], pattern: &str, depth: usize) -> bool {
-        if depth > MAX_DEPTH {
+        if !self.step(depth) {
             return false;
         }
         let (wildcard, pattern) = match pattern.strip_prefix("*:") {
@@ -146,11 +191,19 @@ impl<'a> SubdictMatcher<'a> {
         if pattern == "*" || pyvalue::dict_get(target, pattern).is_some() {
             return true;
         }
-        if target.iter().any(|(key, _)| self.scalar_match(key, pattern)) {
+        if target
+            .iter()
+            .any(|(key, _)| self.scalar_match(key, pattern))
+        {
             return true;
         }
         // Nested paths use the default delimiter, whatever the expression's was.
-        if self.subdict(Node::Dict(target), pattern, crate::DEFAULT_DELIMITER, depth + 1) {
+        if self.subdict(
+            Node::Dict(target),
+            pattern,
+            crate::DEFAULT_DELIMITER,
+            depth + 1,
+        ) {
             return true;
         }
         if wildcard {
@@ -179,6 +232,9 @@ impl<'a> SubdictMatcher<'a> {
 
     /// `_match`: compare `str(target).lower()` with `pattern.lower()`.
     fn scalar_match(&self, target: &Value, pattern: &str) -> bool {
+        if !self.step(0) {
+            return false;
+        }
         let target = pyvalue::to_str(target).to_lowercase();
         let pattern = pattern.to_lowercase();
         match self.mode {
@@ -214,7 +270,11 @@ fn log_regex_error(pattern: &str, err: &Error) {
 
 /// Python `salt.utils.data.traverse_dict_and_list(data, key, {}, delimiter)`; `None` is the
 /// default (nothing found).
-pub fn traverse_dict_and_list<'v>(data: &'v Value, key: &str, delimiter: &str) -> Option<&'v Value> {
+pub fn traverse_dict_and_list<'v>(
+    data: &'v Value,
+    key: &str,
+    delimiter: &str,
+) -> Option<&'v Value> {
     match traverse(Node::Value(data), key, delimiter)? {
         Node::Value(v) => Some(v),
         Node::Dict(_) => Some(data),
@@ -372,10 +432,16 @@ fn yaml_scalar(s: &str) -> Option<YamlKey> {
         }
         _ => {}
     }
-    if yaml_regex(&YAML_INT, YAML_INT_RE).is_match(t).unwrap_or(false) {
+    if yaml_regex(&YAML_INT, YAML_INT_RE)
+        .is_match(t)
+        .unwrap_or(false)
+    {
         return yaml_int(t).map(|n| YamlKey::Scalar(Scalar::Int(n)));
     }
-    if yaml_regex(&YAML_FLOAT, YAML_FLOAT_RE).is_match(t).unwrap_or(false) {
+    if yaml_regex(&YAML_FLOAT, YAML_FLOAT_RE)
+        .is_match(t)
+        .unwrap_or(false)
+    {
         return yaml_float(t).map(|f| YamlKey::Scalar(Scalar::Float(f)));
     }
     Some(YamlKey::Str(t.to_owned()))
@@ -390,11 +456,11 @@ const YAML_FLOAT_RE: &str = r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+][0-9]
 static YAML_INT: OnceLock<Option<fancy_regex::Regex>> = OnceLock::new();
 static YAML_FLOAT: OnceLock<Option<fancy_regex::Regex>> = OnceLock::new();
 
-fn yaml_regex(
-    cell: &'static OnceLock<Option<fancy_regex::Regex>>,
-    pattern: &str,
-) -> YamlMatcher {
-    YamlMatcher(cell.get_or_init(|| fancy_regex::Regex::new(pattern).ok()).as_ref())
+fn yaml_regex(cell: &'static OnceLock<Option<fancy_regex::Regex>>, pattern: &str) -> YamlMatcher {
+    YamlMatcher(
+        cell.get_or_init(|| fancy_regex::Regex::new(pattern).ok())
+            .as_ref(),
+    )
 }
 
 struct YamlMatcher(Option<&'static fancy_regex::Regex>);
@@ -411,7 +477,11 @@ impl YamlMatcher {
 /// PyYAML `construct_yaml_int` with Salt's twist: unsigned leading zeros mean decimal.
 fn yaml_int(t: &str) -> Option<i128> {
     let mut value = t.replace('_', "");
-    if value != "0" && value.starts_with('0') && !value.starts_with("0b") && !value.starts_with("0x") {
+    if value != "0"
+        && value.starts_with('0')
+        && !value.starts_with("0b")
+        && !value.starts_with("0x")
+    {
         value = value.trim_start_matches('0').to_owned();
         if value.is_empty() {
             value = "0".to_owned();
@@ -571,7 +641,9 @@ mod tests {
             .filter(|&&(data, expr, mode, want)| {
                 subdict_match(&json(data), expr, ":", mode, &regexes) != want
             })
-            .map(|(data, expr, mode, want)| format!("{expr:?} {mode:?} on {data}: Salt says {want}"))
+            .map(|(data, expr, mode, want)| {
+                format!("{expr:?} {mode:?} on {data}: Salt says {want}")
+            })
             .collect();
         assert!(failures.is_empty(), "{}", failures.join("\n"));
     }
@@ -589,32 +661,195 @@ mod tests {
         };
     }
 
-    subdict!(value_may_contain_the_delimiter, r#"{"colon": "x:y"}"#, "colon:x:y", Glob, true);
-    subdict!(deepest_key_is_tried_first, r#"{"a": {"b": "c"}}"#, "a:b:c", Glob, true);
-    subdict!(shallower_key_is_tried_next, r#"{"a": "b:c"}"#, "a:b:c", Glob, true);
-    subdict!(star_key_means_any_top_level_value, r#"{"role": ["db", "web"]}"#, "*:web", Glob, true);
-    subdict!(list_member_matches, r#"{"role": ["web", "frontend"]}"#, "role:web", Glob, true);
-    subdict!(dict_member_of_list_is_searched, r#"{"lst": [{"k": "v"}]}"#, "lst:k", Glob, true);
-    subdict!(nested_key_existence_matches, r#"{"nested": {"a": {"b": 1}}}"#, "nested:a:b", Glob, true);
-    subdict!(empty_dict_is_skipped, r#"{"nested": {}}"#, "nested:*", Glob, false);
-    subdict!(glob_is_case_insensitive, r#"{"os": "RedHat"}"#, "os:redhat", Glob, true);
-    subdict!(pattern_is_lowercased_too, r#"{"os": "redhat"}"#, "os:Red*", Glob, true);
-    subdict!(booleans_compare_as_python_prints_them, r#"{"flag": false}"#, "flag:False", Glob, true);
-    subdict!(none_compares_as_none, r#"{"none": null}"#, "none:none", Glob, true);
-    subdict!(integers_compare_as_text, r#"{"num": 5}"#, "num:5", Glob, true);
-    subdict!(floats_compare_as_python_repr, r#"{"ver": 1e20}"#, "ver:1e+20", Glob, true);
-    subdict!(regex_is_start_anchored, r#"{"os": "RedHat"}"#, "os:hat", Regex, false);
-    subdict!(lowercased_regex_turns_big_s_into_whitespace, r#"{"os": "RedHat"}"#, r"os:\S+", Regex, false);
-    subdict!(lowercased_regex_turns_big_d_into_digit, r#"{"os": "Debian"}"#, r"os:\D+", Regex, false);
-    subdict!(regex_alternation_matches, r#"{"os": "CentOS"}"#, "os:(RedHat|CentOS)", Regex, true);
-    subdict!(invalid_regex_does_not_match, r#"{"os": "("}"#, "os:(", Regex, false);
-    subdict!(exact_mode_takes_glob_characters_literally, r#"{"env": "production"}"#, "env:prod*", Exact, false);
-    subdict!(exact_mode_matches_the_literal_star, r#"{"env": "prod*"}"#, "env:prod*", Exact, true);
-    subdict!(exact_mode_is_case_insensitive, r#"{"env": "prod"}"#, "env:PROD", Exact, true);
-    subdict!(no_delimiter_never_matches, r#"{"os": "RedHat"}"#, "os", Glob, false);
-    subdict!(list_index_selects_a_member, r#"{"lst": ["a", "b"]}"#, "lst:1:b", Glob, true);
-    subdict!(negative_list_index_counts_from_the_end, r#"{"lst": ["a", "b"]}"#, "lst:-1:b", Glob, true);
-    subdict!(wildcard_prefix_searches_one_level_down, r#"{"app": {"tier": "front"}}"#, "*:front", Glob, true);
+    subdict!(
+        value_may_contain_the_delimiter,
+        r#"{"colon": "x:y"}"#,
+        "colon:x:y",
+        Glob,
+        true
+    );
+    subdict!(
+        deepest_key_is_tried_first,
+        r#"{"a": {"b": "c"}}"#,
+        "a:b:c",
+        Glob,
+        true
+    );
+    subdict!(
+        shallower_key_is_tried_next,
+        r#"{"a": "b:c"}"#,
+        "a:b:c",
+        Glob,
+        true
+    );
+    subdict!(
+        star_key_means_any_top_level_value,
+        r#"{"role": ["db", "web"]}"#,
+        "*:web",
+        Glob,
+        true
+    );
+    subdict!(
+        list_member_matches,
+        r#"{"role": ["web", "frontend"]}"#,
+        "role:web",
+        Glob,
+        true
+    );
+    subdict!(
+        dict_member_of_list_is_searched,
+        r#"{"lst": [{"k": "v"}]}"#,
+        "lst:k",
+        Glob,
+        true
+    );
+    subdict!(
+        nested_key_existence_matches,
+        r#"{"nested": {"a": {"b": 1}}}"#,
+        "nested:a:b",
+        Glob,
+        true
+    );
+    subdict!(
+        empty_dict_is_skipped,
+        r#"{"nested": {}}"#,
+        "nested:*",
+        Glob,
+        false
+    );
+    subdict!(
+        glob_is_case_insensitive,
+        r#"{"os": "RedHat"}"#,
+        "os:redhat",
+        Glob,
+        true
+    );
+    subdict!(
+        pattern_is_lowercased_too,
+        r#"{"os": "redhat"}"#,
+        "os:Red*",
+        Glob,
+        true
+    );
+    subdict!(
+        booleans_compare_as_python_prints_them,
+        r#"{"flag": false}"#,
+        "flag:False",
+        Glob,
+        true
+    );
+    subdict!(
+        none_compares_as_none,
+        r#"{"none": null}"#,
+        "none:none",
+        Glob,
+        true
+    );
+    subdict!(
+        integers_compare_as_text,
+        r#"{"num": 5}"#,
+        "num:5",
+        Glob,
+        true
+    );
+    subdict!(
+        floats_compare_as_python_repr,
+        r#"{"ver": 1e20}"#,
+        "ver:1e+20",
+        Glob,
+        true
+    );
+    subdict!(
+        regex_is_start_anchored,
+        r#"{"os": "RedHat"}"#,
+        "os:hat",
+        Regex,
+        false
+    );
+    subdict!(
+        lowercased_regex_turns_big_s_into_whitespace,
+        r#"{"os": "RedHat"}"#,
+        r"os:\S+",
+        Regex,
+        false
+    );
+    subdict!(
+        lowercased_regex_turns_big_d_into_digit,
+        r#"{"os": "Debian"}"#,
+        r"os:\D+",
+        Regex,
+        false
+    );
+    subdict!(
+        regex_alternation_matches,
+        r#"{"os": "CentOS"}"#,
+        "os:(RedHat|CentOS)",
+        Regex,
+        true
+    );
+    subdict!(
+        invalid_regex_does_not_match,
+        r#"{"os": "("}"#,
+        "os:(",
+        Regex,
+        false
+    );
+    subdict!(
+        exact_mode_takes_glob_characters_literally,
+        r#"{"env": "production"}"#,
+        "env:prod*",
+        Exact,
+        false
+    );
+    subdict!(
+        exact_mode_matches_the_literal_star,
+        r#"{"env": "prod*"}"#,
+        "env:prod*",
+        Exact,
+        true
+    );
+    subdict!(
+        exact_mode_is_case_insensitive,
+        r#"{"env": "prod"}"#,
+        "env:PROD",
+        Exact,
+        true
+    );
+    subdict!(
+        no_delimiter_never_matches,
+        r#"{"os": "RedHat"}"#,
+        "os",
+        Glob,
+        false
+    );
+    subdict!(
+        list_index_selects_a_member,
+        r#"{"lst": ["a", "b"]}"#,
+        "lst:1:b",
+        Glob,
+        true
+    );
+    subdict!(
+        negative_list_index_counts_from_the_end,
+        r#"{"lst": ["a", "b"]}"#,
+        "lst:-1:b",
+        Glob,
+        true
+    );
+    subdict!(
+        wildcard_prefix_reaches_keys_one_level_down,
+        r#"{"app": {"tier": "front"}}"#,
+        "*:tier",
+        Glob,
+        true
+    );
+    subdict!(
+        wildcard_prefix_does_not_reach_values_two_levels_down,
+        r#"{"app": {"tier": "front"}}"#,
+        "*:front",
+        Glob,
+        false
+    );
 
     #[test]
     fn numeric_key_is_found_through_yaml() {
@@ -623,8 +858,20 @@ mod tests {
             Value::from("ports"),
             Value::Map(vec![(Value::from(80), Value::from("http"))]),
         )]);
-        assert!(subdict_match(&data, "ports:80:http", ":", MatchMode::Glob, &regexes));
-        assert!(!subdict_match(&data, "ports:81:http", ":", MatchMode::Glob, &regexes));
+        assert!(subdict_match(
+            &data,
+            "ports:80:http",
+            ":",
+            MatchMode::Glob,
+            &regexes
+        ));
+        assert!(!subdict_match(
+            &data,
+            "ports:81:http",
+            ":",
+            MatchMode::Glob,
+            &regexes
+        ));
     }
 
     #[test]
@@ -633,10 +880,22 @@ mod tests {
             (Value::Boolean(true), Value::from("yes")),
             (Value::Nil, Value::from("nothing")),
         ]);
-        assert_eq!(traverse_dict_and_list(&data, "on", ":"), Some(&Value::from("yes")));
-        assert_eq!(traverse_dict_and_list(&data, "1", ":"), Some(&Value::from("yes")));
-        assert_eq!(traverse_dict_and_list(&data, "~", ":"), Some(&Value::from("nothing")));
-        assert_eq!(traverse_dict_and_list(&data, "None", ":"), Some(&Value::from("nothing")));
+        assert_eq!(
+            traverse_dict_and_list(&data, "on", ":"),
+            Some(&Value::from("yes"))
+        );
+        assert_eq!(
+            traverse_dict_and_list(&data, "1", ":"),
+            Some(&Value::from("yes"))
+        );
+        assert_eq!(
+            traverse_dict_and_list(&data, "~", ":"),
+            Some(&Value::from("nothing"))
+        );
+        assert_eq!(
+            traverse_dict_and_list(&data, "None", ":"),
+            Some(&Value::from("nothing"))
+        );
         assert_eq!(traverse_dict_and_list(&data, "nope", ":"), None);
     }
 
@@ -644,14 +903,32 @@ mod tests {
     fn custom_delimiter_splits_the_path() {
         let regexes = RegexCache::default();
         let data = json(r#"{"a": {"b": "c:d"}}"#);
-        assert!(subdict_match(&data, "a|b|c:d", "|", MatchMode::Glob, &regexes));
-        assert!(!subdict_match(&data, "a:b:c:d", "|", MatchMode::Glob, &regexes));
+        assert!(subdict_match(
+            &data,
+            "a|b|c:d",
+            "|",
+            MatchMode::Glob,
+            &regexes
+        ));
+        assert!(!subdict_match(
+            &data,
+            "a:b:c:d",
+            "|",
+            MatchMode::Glob,
+            &regexes
+        ));
     }
 
     #[test]
     fn empty_delimiter_never_matches() {
         let regexes = RegexCache::default();
-        assert!(!subdict_match(&json(r#"{"a": "b"}"#), "a:b", "", MatchMode::Glob, &regexes));
+        assert!(!subdict_match(
+            &json(r#"{"a": "b"}"#),
+            "a:b",
+            "",
+            MatchMode::Glob,
+            &regexes
+        ));
     }
 
     #[test]
