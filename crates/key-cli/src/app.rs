@@ -6,7 +6,9 @@ use crate::display::{Display, KeyData, Section, LOCAL};
 use crate::opts::Options;
 use crate::user::{check_user, UserCheck};
 use halite_config::{LogLevel, MasterConfig};
-use halite_keystore::{fnmatch, key_fingerprint, sort_ignorecase, Action, Include, KeyState, KeyStore};
+use halite_keystore::{
+    fnmatch, key_fingerprint, sort_ignorecase, Action, Include, KeyState, KeyStore,
+};
 use halite_output::{OutputIndent, OutputOptions, Outputter};
 use halite_proto::Value;
 use std::collections::HashSet;
@@ -26,7 +28,14 @@ const HELP: &str = include_str!("help.txt");
 /// `--list` arguments salt-key accepts (any text starting with one of these).
 const LIST_PREFIXES: [&str; 6] = ["acc", "pre", "un", "rej", "den", "all"];
 /// Options Halite does not implement; they are refused rather than ignored.
-const UNSUPPORTED: [&str; 6] = ["saltfile", "eauth", "mktoken", "username", "password", "gen_signature"];
+const UNSUPPORTED: [&str; 6] = [
+    "saltfile",
+    "eauth",
+    "mktoken",
+    "username",
+    "password",
+    "gen_signature",
+];
 
 /// Runs salt-key with `argv` (without the program name) and returns the exit code.
 pub fn run(argv: &[String]) -> i32 {
@@ -43,7 +52,10 @@ pub fn run(argv: &[String]) -> i32 {
         return 0;
     }
     if let Some(dest) = UNSUPPORTED.iter().find(|d| opts.given(d)) {
-        return usage_error(&format!("option {} is not supported by {PROG}", Options::long_name(dest)));
+        return usage_error(&format!(
+            "option {} is not supported by {PROG}",
+            Options::long_name(dest)
+        ));
     }
     let keysize = opts.int("keysize").unwrap_or(2048);
     if keysize < 2048 {
@@ -68,7 +80,10 @@ pub fn run(argv: &[String]) -> i32 {
         config_dir = gen_keys_dir.clone();
     }
     if !config_dir.is_dir() {
-        eprintln!("WARNING: CONFIG '{}' directory does not exist.", config_dir.display());
+        eprintln!(
+            "WARNING: CONFIG '{}' directory does not exist.",
+            config_dir.display()
+        );
     }
     let cfg = match MasterConfig::load(&config_dir) {
         Ok(c) => c,
@@ -81,7 +96,10 @@ pub fn run(argv: &[String]) -> i32 {
         .string("log_level")
         .and_then(LogLevel::parse)
         .unwrap_or(cfg.log_level);
-    let log = Log { errors: log_level <= LogLevel::Error, critical: log_level <= LogLevel::Critical };
+    let log = Log {
+        errors: log_level <= LogLevel::Error,
+        critical: log_level <= LogLevel::Critical,
+    };
 
     let out_file = opts.string("output_file").map(PathBuf::from);
     if let (Some(path), false) = (&out_file, opts.flag("output_file_append")) {
@@ -105,7 +123,9 @@ pub fn run(argv: &[String]) -> i32 {
     match check_user(&user) {
         UserCheck::Ok => {}
         UserCheck::CannotSwitch => {
-            log.critical(&format!("Salt configured to run as user \"{user}\" but unable to switch."));
+            log.critical(&format!(
+                "Salt configured to run as user \"{user}\" but unable to switch."
+            ));
             return 0;
         }
         UserCheck::NoSuchUser => {
@@ -115,7 +135,14 @@ pub fn run(argv: &[String]) -> i32 {
     }
 
     let display = make_display(&opts, &cfg, out_file, &log);
-    let cli = KeyCli { store: KeyStore::at(&cfg.pki_dir), opts: &opts, cfg: &cfg, display, log, keysize: keysize as u32 };
+    let cli = KeyCli {
+        store: KeyStore::at(&cfg.pki_dir),
+        opts: &opts,
+        cfg: &cfg,
+        display,
+        log,
+        keysize: keysize as u32,
+    };
     cli.run(command(&opts));
     0
 }
@@ -154,7 +181,10 @@ impl Log {
 /// outputter), colors (`--force-color`, `--no-color`, the config's `color`, else whether
 /// stdout is a terminal) and indentation.
 fn make_display(opts: &Options, cfg: &MasterConfig, file: Option<PathBuf>, log: &Log) -> Display {
-    let name = opts.string("output").map(str::to_owned).or_else(|| cfg.get("output").and_then(Value::as_str).map(str::to_owned));
+    let name = opts
+        .string("output")
+        .map(str::to_owned)
+        .or_else(|| cfg.get("output").and_then(Value::as_str).map(str::to_owned));
     let outputter = match name.as_deref() {
         None | Some("") | Some("key") => None,
         Some(n) => match Outputter::from_name(n) {
@@ -188,11 +218,19 @@ fn make_display(opts: &Options, cfg: &MasterConfig, file: Option<PathBuf>, log: 
     let options = OutputOptions {
         color,
         indent,
-        nested_indent: cfg.get("nested_indent").and_then(Value::as_u64).and_then(|n| usize::try_from(n).ok()).unwrap_or(0),
+        nested_indent: cfg
+            .get("nested_indent")
+            .and_then(Value::as_u64)
+            .and_then(|n| usize::try_from(n).ok())
+            .unwrap_or(0),
         strip_colors: cfg.get("strip_colors").map(truthy).unwrap_or(true),
         ..OutputOptions::default()
     };
-    Display { outputter, options, file }
+    Display {
+        outputter,
+        options,
+        file,
+    }
 }
 
 /// Python truthiness of a configuration value.
@@ -333,16 +371,28 @@ impl KeyCli<'_> {
         } else if m.starts_with("den") {
             &[KeyState::Denied]
         } else {
-            &[KeyState::Pending, KeyState::Rejected, KeyState::Accepted, KeyState::Denied]
+            &[
+                KeyState::Pending,
+                KeyState::Rejected,
+                KeyState::Accepted,
+                KeyState::Denied,
+            ]
         };
-        let data: KeyData = states.iter().map(|s| (s.dir_name(), Section::Ids(lists.get(*s).to_vec()))).collect();
+        let data: KeyData = states
+            .iter()
+            .map(|s| (s.dir_name(), Section::Ids(lists.get(*s).to_vec())))
+            .collect();
         self.show(&data)
     }
 
     /// The stored text of `id` in `state` (`cache.fetch`): the id's key for accepted,
     /// pending and rejected, the denied key for denied.
     fn key_text(&self, state: KeyState, id: &str) -> Result<Option<String>, Failure> {
-        Ok(if state == KeyState::Denied { self.store.get_denied(id)? } else { self.store.get(id)?.map(|(_, t)| t) })
+        Ok(if state == KeyState::Denied {
+            self.store.get_denied(id)?
+        } else {
+            self.store.get(id)?.map(|(_, t)| t)
+        })
     }
 
     /// `-p GLOB`, `-P` (`Key.key_str`).
@@ -412,10 +462,16 @@ impl KeyCli<'_> {
         );
         let selected = self.store.select(action, m, include)?;
         if selected.is_empty() {
-            println!("The key glob '{m}' does not match any {} keys.", include.describe());
+            println!(
+                "The key glob '{m}' does not match any {} keys.",
+                include.describe()
+            );
             return Ok(());
         }
-        println!("The following keys are going to be {}:", action.past_tense());
+        println!(
+            "The following keys are going to be {}:",
+            action.past_tense()
+        );
         self.show(&groups(&selected))?;
         if !o.flag("yes") && !self.confirm(action)? {
             return Ok(());
@@ -431,8 +487,11 @@ impl KeyCli<'_> {
             Action::Accept => {}
             Action::Reject => self.after_removal(&[])?,
             Action::Delete => {
-                let keep: Vec<String> =
-                    if self.preserve_minions() { selected.get(KeyState::Accepted).to_vec() } else { Vec::new() };
+                let keep: Vec<String> = if self.preserve_minions() {
+                    selected.get(KeyState::Accepted).to_vec()
+                } else {
+                    Vec::new()
+                };
                 self.after_removal(&keep)?;
             }
         }
@@ -448,8 +507,11 @@ impl KeyCli<'_> {
     /// `input("Proceed? [n/Y] ")` (delete: `[N/y]`, default no). End of input is Salt's
     /// `EOFError`: logged, and nothing is changed.
     fn confirm(&self, action: Action) -> Result<bool, Failure> {
-        let (prompt, default_yes) =
-            if action == Action::Delete { ("Proceed? [N/y] ", false) } else { ("Proceed? [n/Y] ", true) };
+        let (prompt, default_yes) = if action == Action::Delete {
+            ("Proceed? [N/y] ", false)
+        } else {
+            ("Proceed? [n/Y] ", true)
+        };
         {
             let mut out = io::stdout().lock();
             out.write_all(prompt.as_bytes())?;
@@ -460,7 +522,11 @@ impl KeyCli<'_> {
             return Err(Failure::Other("EOF when reading a line".to_owned()));
         }
         let answer = line.strip_suffix('\n').unwrap_or(&line);
-        Ok(if answer.is_empty() { default_yes } else { answer.to_lowercase().starts_with('y') })
+        Ok(if answer.is_empty() {
+            default_yes
+        } else {
+            answer.to_lowercase().starts_with('y')
+        })
     }
 
     /// `--preserve-minions` (`true` in any case), else the `preserve_minions` option.
@@ -483,12 +549,25 @@ impl KeyCli<'_> {
     /// `preserve_minion_cache`), then request an AES key rotation (unless disabled).
     fn after_removal(&self, preserve: &[String]) -> Result<(), Failure> {
         let cachedir = &self.cfg.cachedir;
-        let preserve_cache = self.cfg.get("preserve_minion_cache").map(truthy).unwrap_or(false);
-        let localfs = self.cfg.get("cache").and_then(Value::as_str).is_none_or(|c| c == "localfs");
+        let preserve_cache = self
+            .cfg
+            .get("preserve_minion_cache")
+            .map(truthy)
+            .unwrap_or(false);
+        let localfs = self
+            .cfg
+            .get("cache")
+            .and_then(Value::as_str)
+            .is_none_or(|c| c == "localfs");
         if !preserve_cache && localfs {
             let lists = self.store.list_all()?;
             let mut keep: HashSet<String> = preserve.iter().cloned().collect();
-            for state in [KeyState::Pending, KeyState::Rejected, KeyState::Accepted, KeyState::Denied] {
+            for state in [
+                KeyState::Pending,
+                KeyState::Rejected,
+                KeyState::Accepted,
+                KeyState::Denied,
+            ] {
                 keep.extend(lists.get(state).iter().cloned());
             }
             drop_minion_data(cachedir, &keep)?;
@@ -503,11 +582,14 @@ impl KeyCli<'_> {
 
 /// A selection as salt-key's preview dict.
 fn groups(m: &halite_keystore::Matches) -> KeyData {
-    m.iter().map(|(s, ids)| (s.dir_name(), Section::Ids(ids.to_vec()))).collect()
+    m.iter()
+        .map(|(s, ids)| (s.dir_name(), Section::Ids(ids.to_vec())))
+        .collect()
 }
 
 fn finger_of(text: &str, hash_type: &str) -> Result<String, Failure> {
-    key_fingerprint(text, hash_type).map_err(|_| Failure::Other(format!("module 'hashlib' has no attribute '{hash_type}'")))
+    key_fingerprint(text, hash_type)
+        .map_err(|_| Failure::Other(format!("module 'hashlib' has no attribute '{hash_type}'")))
 }
 
 /// Python's `OSError` text: `[Errno 2] No such file or directory: '/path'`.
@@ -537,9 +619,18 @@ mod tests {
         let cases: &[(&[&str], Command)] = &[
             (&[], Command::List("all".into())),
             (&["-a", "x", "-L"], Command::List("all".into())),
-            (&["-F", "-d", "x"], Command::Change(Action::Delete, "x".into())),
-            (&["-A", "-r", "y"], Command::Change(Action::Accept, "*".into())),
-            (&["-a", "", "-R"], Command::Change(Action::Reject, "*".into())),
+            (
+                &["-F", "-d", "x"],
+                Command::Change(Action::Delete, "x".into()),
+            ),
+            (
+                &["-A", "-r", "y"],
+                Command::Change(Action::Accept, "*".into()),
+            ),
+            (
+                &["-a", "", "-R"],
+                Command::Change(Action::Reject, "*".into()),
+            ),
             (&["-P", "-l", "acc"], Command::List("acc".into())),
             (&["--gen-keys", "k", "-L"], Command::GenKeys("k".into())),
             (&["-F"], Command::Finger("*".into())),
@@ -552,6 +643,9 @@ mod tests {
     #[test]
     fn os_errors_read_like_python() {
         let e = io::Error::from_raw_os_error(2);
-        assert_eq!(python_os_error(&e, Some(Path::new("/c/.dfn-next"))), "[Errno 2] No such file or directory: '/c/.dfn-next'");
+        assert_eq!(
+            python_os_error(&e, Some(Path::new("/c/.dfn-next"))),
+            "[Errno 2] No such file or directory: '/c/.dfn-next'"
+        );
     }
 }

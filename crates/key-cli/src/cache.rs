@@ -21,9 +21,17 @@ pub fn drop_minion_data(cachedir: &Path, keep: &HashSet<String>) -> io::Result<(
         };
         for entry in entries {
             let entry = entry?;
-            let Ok(name) = entry.file_name().into_string() else { continue };
-            let Some(minion) = name.strip_suffix(".p") else { continue };
-            if keep.contains(minion) || minion.split_once(':').is_some_and(|(id, _)| keep.contains(id)) {
+            let Ok(name) = entry.file_name().into_string() else {
+                continue;
+            };
+            let Some(minion) = name.strip_suffix(".p") else {
+                continue;
+            };
+            if keep.contains(minion)
+                || minion
+                    .split_once(':')
+                    .is_some_and(|(id, _)| keep.contains(id))
+            {
                 continue;
             }
             if entry.file_type()?.is_file() {
@@ -36,7 +44,10 @@ pub fn drop_minion_data(cachedir: &Path, keep: &HashSet<String>) -> io::Result<(
 
 /// Writes `<cachedir>/.dfn` holding `master_id` (mode 0400) unless a rotation is already
 /// requested. The file is written as `.dfn-next` and renamed, as Salt does.
-pub fn request_aes_rotation(cachedir: &Path, master_id: &str) -> Result<(), (std::path::PathBuf, io::Error)> {
+pub fn request_aes_rotation(
+    cachedir: &Path,
+    master_id: &str,
+) -> Result<(), (std::path::PathBuf, io::Error)> {
     let dfn = cachedir.join(".dfn");
     if dfn.is_file() {
         return Ok(());
@@ -48,7 +59,11 @@ pub fn request_aes_rotation(cachedir: &Path, master_id: &str) -> Result<(), (std
             Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
             _ => {}
         }
-        let mut f = fs::OpenOptions::new().write(true).create_new(true).mode(0o400).open(&next)?;
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o400)
+            .open(&next)?;
         f.write_all(master_id.as_bytes())?;
         f.set_permissions(fs::Permissions::from_mode(0o400))?;
         Ok(())
@@ -64,15 +79,23 @@ mod tests {
     #[test]
     fn data_of_ids_without_keys_is_dropped() {
         let dir = tempfile::tempdir().unwrap();
-        for (bank, name) in [("grains", "keep.p"), ("grains", "gone.p"), ("pillar", "keep:base.p"), ("pillar", "gone:base.p"), ("pillar", "other")] {
+        for (bank, name) in [
+            ("grains", "keep.p"),
+            ("grains", "gone.p"),
+            ("pillar", "keep:base.p"),
+            ("pillar", "gone:base.p"),
+            ("pillar", "other"),
+        ] {
             fs::create_dir_all(dir.path().join(bank)).unwrap();
             fs::write(dir.path().join(bank).join(name), "x").unwrap();
         }
         let keep: HashSet<String> = ["keep".to_string()].into();
         drop_minion_data(dir.path(), &keep).unwrap();
         let left = |bank: &str| {
-            let mut v: Vec<String> =
-                fs::read_dir(dir.path().join(bank)).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+            let mut v: Vec<String> = fs::read_dir(dir.path().join(bank))
+                .unwrap()
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .collect();
             v.sort();
             v
         };
@@ -86,7 +109,10 @@ mod tests {
         request_aes_rotation(dir.path(), "m_master").unwrap();
         let dfn = dir.path().join(".dfn");
         assert_eq!(fs::read_to_string(&dfn).unwrap(), "m_master");
-        assert_eq!(fs::metadata(&dfn).unwrap().permissions().mode() & 0o777, 0o400);
+        assert_eq!(
+            fs::metadata(&dfn).unwrap().permissions().mode() & 0o777,
+            0o400
+        );
         request_aes_rotation(dir.path(), "other").unwrap();
         assert_eq!(fs::read_to_string(&dfn).unwrap(), "m_master");
     }

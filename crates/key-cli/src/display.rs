@@ -48,7 +48,11 @@ impl Display {
     /// outputter, unless `--out` chose another).
     pub fn message(&self, text: &str) -> io::Result<()> {
         let out = self.outputter.unwrap_or(Outputter::Nested);
-        self.emit(&halite_output::render(out, &Value::from(text), &self.options))
+        self.emit(&halite_output::render(
+            out,
+            &Value::from(text),
+            &self.options,
+        ))
     }
 
     fn emit(&self, text: &str) -> io::Result<()> {
@@ -56,7 +60,11 @@ impl Display {
             return Ok(());
         }
         match &self.file {
-            Some(path) => std::fs::OpenOptions::new().create(true).append(true).open(path)?.write_all(text.as_bytes()),
+            Some(path) => std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)?
+                .write_all(text.as_bytes()),
             None => {
                 let mut out = io::stdout().lock();
                 out.write_all(text.as_bytes())?;
@@ -141,7 +149,11 @@ pub fn key_outputter(data: &KeyData, color: bool) -> String {
                 let mut items: Vec<&(String, String)> = items.iter().collect();
                 items.sort_by(|a, b| a.0.cmp(&b.0));
                 for (id, text) in items {
-                    lines.push(format!("{item_color}{}:  {text}{}", id.replace('\x1b', "?"), c.endc));
+                    lines.push(format!(
+                        "{item_color}{}:  {text}{}",
+                        id.replace('\x1b', "?"),
+                        c.endc
+                    ));
                 }
             }
         }
@@ -155,9 +167,14 @@ pub fn to_value(data: &KeyData) -> Value {
         data.iter()
             .map(|(name, section)| {
                 let v = match section {
-                    Section::Ids(ids) => Value::Array(ids.iter().map(|i| Value::from(i.as_str())).collect()),
+                    Section::Ids(ids) => {
+                        Value::Array(ids.iter().map(|i| Value::from(i.as_str())).collect())
+                    }
                     Section::Texts(items) => Value::Map(
-                        items.iter().map(|(k, t)| (Value::from(k.as_str()), Value::from(t.as_str()))).collect(),
+                        items
+                            .iter()
+                            .map(|(k, t)| (Value::from(k.as_str()), Value::from(t.as_str())))
+                            .collect(),
                     ),
                 };
                 (Value::from(*name), v)
@@ -191,16 +208,25 @@ mod tests {
     #[test]
     fn texts_are_separated_by_two_spaces_and_local_comes_first() {
         let data: KeyData = vec![
-            ("minions", Section::Texts(vec![("m1".into(), "aa:bb".into())])),
+            (
+                "minions",
+                Section::Texts(vec![("m1".into(), "aa:bb".into())]),
+            ),
             (LOCAL, Section::Texts(vec![("x.pub".into(), "cc".into())])),
         ];
-        assert_eq!(key_outputter(&data, false), "Local Keys:\nx.pub:  cc\nAccepted Keys:\nm1:  aa:bb");
+        assert_eq!(
+            key_outputter(&data, false),
+            "Local Keys:\nx.pub:  cc\nAccepted Keys:\nm1:  aa:bb"
+        );
     }
 
     #[test]
     fn colors_match_salt_text_format() {
         let data: KeyData = vec![("minions", ids(&["m1"]))];
-        assert_eq!(key_outputter(&data, true), "\x1b[0;1;32mAccepted Keys:\x1b[0;0m\n\x1b[0;32mm1\x1b[0;0m");
+        assert_eq!(
+            key_outputter(&data, true),
+            "\x1b[0;1;32mAccepted Keys:\x1b[0;0m\n\x1b[0;32mm1\x1b[0;0m"
+        );
     }
 
     #[test]

@@ -12,6 +12,9 @@ mod opts;
 mod user;
 
 fn main() {
-    let argv: Vec<String> = std::env::args_os().skip(1).map(|a| a.to_string_lossy().into_owned()).collect();
+    let argv: Vec<String> = std::env::args_os()
+        .skip(1)
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
     std::process::exit(app::run(&argv));
 }

@@ -15,6 +15,8 @@ enum Kind {
     Value,
     /// Takes an integer (`type=int`).
     Int,
+    /// Takes one of a fixed set of strings (`type="choice"`), listed in Salt's order.
+    Choice(&'static [&'static str]),
 }
 
 /// One option: its short and long spellings, kind and destination.
@@ -25,11 +27,30 @@ struct Spec {
     dest: &'static str,
 }
 
-const fn spec(shorts: &'static [char], longs: &'static [&'static str], kind: Kind, dest: &'static str) -> Spec {
-    Spec { shorts, longs, kind, dest }
+const fn spec(
+    shorts: &'static [char],
+    longs: &'static [&'static str],
+    kind: Kind,
+    dest: &'static str,
+) -> Spec {
+    Spec {
+        shorts,
+        longs,
+        kind,
+        dest,
+    }
 }
 
-use Kind::{Flag, Int, Value};
+use Kind::{Choice, Flag, Int, Value};
+
+/// `--log-level` choices, in the order salt-key's error message lists them.
+const CONSOLE_LEVELS: &[&str] = &[
+    "all", "debug", "error", "critical", "garbage", "info", "profile", "quiet", "trace", "warning",
+];
+/// `--log-file-level` choices, in the order salt-key's error message lists them.
+const LOGFILE_LEVELS: &[&str] = &[
+    "all", "garbage", "trace", "debug", "profile", "info", "warning", "error", "critical", "quiet",
+];
 
 /// Every option salt-key 3008.3 accepts, in its `--help` order.
 const SPECS: &[Spec] = &[
@@ -44,18 +65,48 @@ const SPECS: &[Spec] = &[
     spec(&['y'], &["--yes"], Flag, "yes"),
     spec(&[], &["--rotate-aes-key"], Value, "rotate_aes_key"),
     spec(&[], &["--preserve-minions"], Value, "preserve_minions"),
-    spec(&[], &["--auth", "--eauth", "--external-auth"], Value, "eauth"),
+    spec(
+        &[],
+        &["--auth", "--eauth", "--external-auth"],
+        Value,
+        "eauth",
+    ),
     spec(&['T'], &["--make-token"], Flag, "mktoken"),
     spec(&[], &["--username"], Value, "username"),
     spec(&[], &["--password"], Value, "password"),
     spec(&[], &["--out", "--output"], Value, "output"),
-    spec(&[], &["--out-indent", "--output-indent"], Int, "output_indent"),
+    spec(
+        &[],
+        &["--out-indent", "--output-indent"],
+        Int,
+        "output_indent",
+    ),
     spec(&[], &["--out-file", "--output-file"], Value, "output_file"),
-    spec(&[], &["--out-file-append", "--output-file-append"], Flag, "output_file_append"),
+    spec(
+        &[],
+        &["--out-file-append", "--output-file-append"],
+        Flag,
+        "output_file_append",
+    ),
     spec(&[], &["--no-color", "--no-colour"], Flag, "no_color"),
-    spec(&[], &["--force-color", "--force-colour"], Flag, "force_color"),
-    spec(&[], &["--state-output", "--state_output"], Value, "state_output"),
-    spec(&[], &["--state-verbose", "--state_verbose"], Value, "state_verbose"),
+    spec(
+        &[],
+        &["--force-color", "--force-colour"],
+        Flag,
+        "force_color",
+    ),
+    spec(
+        &[],
+        &["--state-output", "--state_output"],
+        Value,
+        "state_output",
+    ),
+    spec(
+        &[],
+        &["--state-verbose", "--state_verbose"],
+        Value,
+        "state_verbose",
+    ),
     spec(&['l'], &["--list"], Value, "list"),
     spec(&['L'], &["--list-all"], Flag, "list_all"),
     spec(&['a'], &["--accept"], Value, "accept"),
@@ -80,9 +131,14 @@ const SPECS: &[Spec] = &[
     spec(&[], &["--signature-path"], Value, "signature_path"),
     spec(&[], &["--pub"], Value, "pub"),
     spec(&[], &["--auto-create"], Flag, "auto_create"),
-    spec(&[], &["--log-level"], Value, "log_level"),
+    spec(&[], &["--log-level"], Choice(CONSOLE_LEVELS), "log_level"),
     spec(&[], &["--log-file"], Value, "key_logfile"),
-    spec(&[], &["--log-file-level"], Value, "log_level_logfile"),
+    spec(
+        &[],
+        &["--log-file-level"],
+        Choice(LOGFILE_LEVELS),
+        "log_level_logfile",
+    ),
 ];
 
 /// A parsed value.
@@ -173,8 +229,19 @@ impl Options {
         let val = match (spec.kind, value) {
             (Flag, _) => Val::Flag,
             (Value, Some(v)) => Val::Str(v),
+            (Choice(choices), Some(v)) => {
+                if !choices.contains(&v.as_str()) {
+                    let listed: Vec<String> = choices.iter().map(|c| format!("'{c}'")).collect();
+                    return Err(format!(
+                        "option {shown}: invalid choice: '{v}' (choose from {})",
+                        listed.join(", ")
+                    ));
+                }
+                Val::Str(v)
+            }
             (Int, Some(v)) => Val::Int(
-                parse_int(&v).ok_or_else(|| format!("option {shown}: invalid integer value: '{v}'"))?,
+                parse_int(&v)
+                    .ok_or_else(|| format!("option {shown}: invalid integer value: '{v}'"))?,
             ),
             (_, None) => return Err(format!("{shown} option requires 1 argument")),
         };
@@ -215,7 +282,11 @@ impl Options {
 
     /// The long spelling of `dest`, for messages.
     pub fn long_name(dest: &str) -> &'static str {
-        SPECS.iter().find(|s| s.dest == dest).map(|s| s.longs[0]).unwrap_or("--")
+        SPECS
+            .iter()
+            .find(|s| s.dest == dest)
+            .map(|s| s.longs[0])
+            .unwrap_or("--")
     }
 }
 
@@ -307,9 +378,15 @@ mod tests {
             (&["-Z"], "no such option: -Z"),
             (&["-a"], "-a option requires 1 argument"),
             (&["--accept"], "--accept option requires 1 argument"),
-            (&["--keysize", "abc"], "option --keysize: invalid integer value: 'abc'"),
+            (
+                &["--keysize", "abc"],
+                "option --keysize: invalid integer value: 'abc'",
+            ),
             (&["--yes=1"], "--yes option does not take a value"),
-            (&["--acc", "x"], "ambiguous option: --acc (--accept, --accept-all?)"),
+            (
+                &["--acc", "x"],
+                "ambiguous option: --acc (--accept, --accept-all?)",
+            ),
         ];
         for (args, want) in cases {
             assert_eq!(parse(args).unwrap_err(), *want, "{args:?}");
@@ -326,7 +403,13 @@ mod tests {
 
     #[test]
     fn integers_follow_optparse_prefixes() {
-        for (text, want) in [("2048", Some(2048)), ("0x800", Some(2048)), ("04000", Some(2048)), ("-1", Some(-1)), ("1.5", None)] {
+        for (text, want) in [
+            ("2048", Some(2048)),
+            ("0x800", Some(2048)),
+            ("04000", Some(2048)),
+            ("-1", Some(-1)),
+            ("1.5", None),
+        ] {
             assert_eq!(parse_int(text), want, "{text}");
         }
     }

@@ -29,12 +29,18 @@ pub fn check_user(user: &str) -> UserCheck {
     if lookup(Lookup::Uid(euid)).is_some_and(|p| p.name == user) {
         return UserCheck::Ok;
     }
-    let Some(pw) = lookup(Lookup::Name(user)) else { return UserCheck::NoSuchUser };
-    let Ok(cname) = CString::new(user) else { return UserCheck::NoSuchUser };
+    let Some(pw) = lookup(Lookup::Name(user)) else {
+        return UserCheck::NoSuchUser;
+    };
+    let Ok(cname) = CString::new(user) else {
+        return UserCheck::NoSuchUser;
+    };
     // SAFETY: `cname` is a valid NUL-terminated string; these calls only change the
     // process credentials and report failure through their return values.
     let switched = unsafe {
-        libc::initgroups(cname.as_ptr(), pw.gid) == 0 && libc::setgid(pw.gid) == 0 && libc::setuid(pw.uid) == 0
+        libc::initgroups(cname.as_ptr(), pw.gid) == 0
+            && libc::setgid(pw.gid) == 0
+            && libc::setuid(pw.uid) == 0
     };
     if switched {
         UserCheck::Ok
@@ -64,10 +70,16 @@ fn lookup(key: Lookup<'_>) -> Option<Passwd> {
         // SAFETY: every pointer refers to live, correctly sized storage owned by this frame.
         let rc = unsafe {
             match (&key, &cname) {
-                (Lookup::Name(_), Some(c)) => {
-                    libc::getpwnam_r(c.as_ptr(), &mut pwd, buf.as_mut_ptr(), buf.len(), &mut result)
+                (Lookup::Name(_), Some(c)) => libc::getpwnam_r(
+                    c.as_ptr(),
+                    &mut pwd,
+                    buf.as_mut_ptr(),
+                    buf.len(),
+                    &mut result,
+                ),
+                (Lookup::Uid(uid), _) => {
+                    libc::getpwuid_r(*uid, &mut pwd, buf.as_mut_ptr(), buf.len(), &mut result)
                 }
-                (Lookup::Uid(uid), _) => libc::getpwuid_r(*uid, &mut pwd, buf.as_mut_ptr(), buf.len(), &mut result),
                 (Lookup::Name(_), None) => return None,
             }
         };
@@ -79,8 +91,14 @@ fn lookup(key: Lookup<'_>) -> Option<Passwd> {
             return None;
         }
         // SAFETY: on success `pw_name` points to a NUL-terminated string inside `buf`.
-        let name = unsafe { CStr::from_ptr(pwd.pw_name) }.to_string_lossy().into_owned();
-        return Some(Passwd { name, uid: pwd.pw_uid, gid: pwd.pw_gid });
+        let name = unsafe { CStr::from_ptr(pwd.pw_name) }
+            .to_string_lossy()
+            .into_owned();
+        return Some(Passwd {
+            name,
+            uid: pwd.pw_uid,
+            gid: pwd.pw_gid,
+        });
     }
 }
 
@@ -97,6 +115,9 @@ mod tests {
 
     #[test]
     fn unknown_user_is_reported() {
-        assert_eq!(check_user("no-such-user-halite-test"), UserCheck::NoSuchUser);
+        assert_eq!(
+            check_user("no-such-user-halite-test"),
+            UserCheck::NoSuchUser
+        );
     }
 }

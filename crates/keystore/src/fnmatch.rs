@@ -12,7 +12,10 @@ enum Token {
     Literal(char),
     AnyOne,
     AnyRun,
-    Class { negated: bool, ranges: Vec<(char, char)> },
+    Class {
+        negated: bool,
+        ranges: Vec<(char, char)>,
+    },
 }
 
 /// Whether `name` matches the shell-style `pattern` (Python's `fnmatch.fnmatch` on POSIX).
@@ -57,7 +60,10 @@ fn compile(pattern: &str) -> Vec<Token> {
                 if negated {
                     body = &body[1..];
                 }
-                out.push(Token::Class { negated, ranges: class_ranges(body) });
+                out.push(Token::Class {
+                    negated,
+                    ranges: class_ranges(body),
+                });
             }
             other => out.push(Token::Literal(other)),
         }
@@ -119,7 +125,9 @@ fn single(tok: &Token, c: char) -> bool {
         Token::Literal(l) => *l == c,
         Token::AnyOne => true,
         Token::AnyRun => false,
-        Token::Class { negated, ranges } => ranges.iter().any(|&(lo, hi)| lo <= c && c <= hi) != *negated,
+        Token::Class { negated, ranges } => {
+            ranges.iter().any(|&(lo, hi)| lo <= c && c <= hi) != *negated
+        }
     }
 }
 
@@ -131,7 +139,13 @@ mod tests {
         ($name:ident: $subject:expr, $pattern:expr => $want:expr) => {
             #[test]
             fn $name() {
-                assert_eq!(fnmatch($subject, $pattern), $want, "{:?} ~ {:?}", $subject, $pattern);
+                assert_eq!(
+                    fnmatch($subject, $pattern),
+                    $want,
+                    "{:?} ~ {:?}",
+                    $subject,
+                    $pattern
+                );
             }
         };
     }

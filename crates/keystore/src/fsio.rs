@@ -13,7 +13,10 @@ use std::path::Path;
 const TMP_PREFIX: &str = ".halite-";
 
 pub(crate) fn io_err(path: &Path, source: io::Error) -> Error {
-    Error::Io { path: path.to_path_buf(), source }
+    Error::Io {
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 /// Reads a key file the way `localfs_key.fetch` does: only a regular file that is not a
@@ -22,7 +25,10 @@ pub(crate) fn io_err(path: &Path, source: io::Error) -> Error {
 pub(crate) fn read_key_file(path: &Path) -> Result<Option<String>> {
     // O_NOFOLLOW: a symlink fails with ELOOP instead of being followed; O_NONBLOCK keeps a
     // FIFO planted in the directory from blocking the open.
-    let file = OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path);
+    let file = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path);
     let mut file = match file {
         Ok(f) => f,
         Err(e) if is_absent(&e) => return Ok(None),
@@ -41,7 +47,8 @@ pub(crate) fn read_key_file(path: &Path) -> Result<Option<String>> {
 /// Errors that mean "no key file here": missing, a symlink (ELOOP with O_NOFOLLOW), or a
 /// missing directory component.
 fn is_absent(e: &io::Error) -> bool {
-    e.kind() == io::ErrorKind::NotFound || matches!(e.raw_os_error(), Some(libc::ELOOP) | Some(libc::ENOTDIR))
+    e.kind() == io::ErrorKind::NotFound
+        || matches!(e.raw_os_error(), Some(libc::ELOOP) | Some(libc::ENOTDIR))
 }
 
 fn universal_newlines(text: String) -> String {
@@ -61,26 +68,27 @@ pub(crate) enum Replace {
     Never,
 }
 
-/// Writes `data` to `dir/name` through a temporary file renamed into place, with `mode` and,
-/// when given, owner `uid` (errors changing the owner are ignored, as Salt does). Returns
-/// whether the destination was written.
+/// Writes `data` to `dir/name` through a temporary file renamed into place, with `mode`.
+/// Returns whether the destination was written.
 pub(crate) fn write_atomic(
     dir: &Path,
     name: &str,
     data: &[u8],
     mode: u32,
-    uid: Option<u32>,
     replace: Replace,
 ) -> Result<bool> {
     let dest = dir.join(name);
-    let mut tmp = tempfile::Builder::new().prefix(TMP_PREFIX).tempfile_in(dir).map_err(|e| io_err(dir, e))?;
+    let mut tmp = tempfile::Builder::new()
+        .prefix(TMP_PREFIX)
+        .tempfile_in(dir)
+        .map_err(|e| io_err(dir, e))?;
     tmp.write_all(data).map_err(|e| io_err(tmp.path(), e))?;
-    if let Some(uid) = uid {
-        // Salt ignores a failed chown (for instance when not running as root).
-        let _ = std::os::unix::fs::fchown(tmp.as_file(), Some(uid), None);
-    }
-    tmp.as_file().set_permissions(fs::Permissions::from_mode(mode)).map_err(|e| io_err(tmp.path(), e))?;
-    tmp.as_file().sync_all().map_err(|e| io_err(tmp.path(), e))?;
+    tmp.as_file()
+        .set_permissions(fs::Permissions::from_mode(mode))
+        .map_err(|e| io_err(tmp.path(), e))?;
+    tmp.as_file()
+        .sync_all()
+        .map_err(|e| io_err(tmp.path(), e))?;
     match replace {
         Replace::Always => {
             tmp.persist(&dest).map_err(|e| io_err(&dest, e.error))?;
@@ -121,7 +129,11 @@ pub(crate) fn ensure_dir(dir: &Path, mode: u32) -> Result<()> {
     if dir.is_dir() {
         return Ok(());
     }
-    fs::DirBuilder::new().recursive(true).mode(mode).create(dir).map_err(|e| io_err(dir, e))?;
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(mode)
+        .create(dir)
+        .map_err(|e| io_err(dir, e))?;
     // The umask may have narrowed the mode; Salt creates these under umask 022.
     fs::set_permissions(dir, fs::Permissions::from_mode(mode)).map_err(|e| io_err(dir, e))
 }
@@ -173,13 +185,20 @@ mod tests {
     #[test]
     fn atomic_write_sets_mode_and_can_refuse_to_clobber() {
         let dir = tempfile::tempdir().unwrap();
-        assert!(write_atomic(dir.path(), "k", b"one", 0o400, None, Replace::Never).unwrap());
-        assert!(!write_atomic(dir.path(), "k", b"two", 0o400, None, Replace::Never).unwrap());
+        assert!(write_atomic(dir.path(), "k", b"one", 0o400, Replace::Never).unwrap());
+        assert!(!write_atomic(dir.path(), "k", b"two", 0o400, Replace::Never).unwrap());
         let p = dir.path().join("k");
         assert_eq!(fs::read(&p).unwrap(), b"one");
-        assert_eq!(fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o400);
-        assert!(write_atomic(dir.path(), "k", b"three", 0o600, None, Replace::Always).unwrap());
+        assert_eq!(
+            fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o400
+        );
+        assert!(write_atomic(dir.path(), "k", b"three", 0o600, Replace::Always).unwrap());
         assert_eq!(fs::read(&p).unwrap(), b"three");
-        assert_eq!(regular_files(dir.path()).unwrap(), vec!["k".to_string()], "no temporary file left");
+        assert_eq!(
+            regular_files(dir.path()).unwrap(),
+            vec!["k".to_string()],
+            "no temporary file left"
+        );
     }
 }

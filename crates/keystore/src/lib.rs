@@ -4,8 +4,9 @@
 //! `minions/` (accepted), `minions_pre/` (pending), `minions_rejected/` (rejected) and
 //! `minions_denied/` (a key that was presented for an id whose key differs). The file holds
 //! the PEM public key in `clean_key` form (no trailing newline), mode 0600. The master's own
-//! pair is `<master_id>.pem`/`.pub` with `master.pem`/`master.pub` symlinks ([`KeyStore::load_or_create_master_keys`]).
-//! A stock salt-master or salt-key can work on the same directory.
+//! pair is `<master_id>.pem`/`.pub` with `master.pem`/`master.pub` symlinks
+//! ([`KeyStore::load_or_create_master_keys`]). A stock salt-master or salt-key can work on the
+//! same directory.
 //!
 //! What this crate does not do: keep an index, cache, watch the directory or fire events. Every
 //! call goes to the file system; the master layers its in-memory index on top and re-reads on
@@ -17,9 +18,13 @@
 //! - Reads never follow symlinks and only count regular files (Salt's `is_file() and not
 //!   is_symlink()`); listings also skip dot-files, which is where temporary files live.
 //! - Writes are atomic: a temporary file in the same directory renamed over the destination.
-//! - An id has at most one key across accepted/pending/rejected: [`KeyStore::put`] writes the
-//!   new state before removing the others, so a crash leaves the old state, never none.
-//!   Denied keys are kept apart and never count as "the" key of an id.
+//! - An id has one key across accepted/pending/rejected: [`KeyStore::put`] writes the new
+//!   state before removing the others, so a crash in between leaves the key in two states
+//!   ([`KeyStore::get`] then answers with Salt's priority), never in none. Denied keys are kept
+//!   apart and never count as "the" key of an id.
+//! - Every key written is in `clean_key` form. Deviation: stock salt-key moves a key's text
+//!   as stored, so a hand-placed key with a trailing newline keeps it (and its fingerprint)
+//!   there, while Halite normalises it.
 
 mod fnmatch;
 mod fsio;
@@ -86,7 +91,13 @@ const KEY_FILE_MODE: u32 = 0o600;
 const STATE_DIR_MODE: u32 = 0o755;
 /// Sub-directories the master creates in its pki directory (`verify_env` in
 /// `salt/cli/daemons.py`); `minions_autosign` is not a key state but belongs to the layout.
-const PKI_SUBDIRS: [&str; 5] = ["minions", "minions_pre", "minions_denied", "minions_autosign", "minions_rejected"];
+const PKI_SUBDIRS: [&str; 5] = [
+    "minions",
+    "minions_pre",
+    "minions_denied",
+    "minions_autosign",
+    "minions_rejected",
+];
 /// The states that hold "the" key of an id, in `localfs_key.fetch` priority order.
 const KEY_STATES: [KeyState; 3] = [KeyState::Rejected, KeyState::Pending, KeyState::Accepted];
 
@@ -119,14 +130,15 @@ impl KeyLists {
 #[derive(Debug, Clone)]
 pub struct KeyStore {
     pki_dir: PathBuf,
-    owner: Option<u32>,
 }
 
 impl KeyStore {
     /// A store on `pki_dir` without touching the disk (salt-key does not create the layout;
     /// state directories are created on the first write into them).
     pub fn at(pki_dir: impl Into<PathBuf>) -> Self {
-        KeyStore { pki_dir: pki_dir.into(), owner: None }
+        KeyStore {
+            pki_dir: pki_dir.into(),
+        }
     }
 
     /// Opens `pki_dir` as the master does at start-up: creates it (mode 0700; an existing
@@ -136,21 +148,19 @@ impl KeyStore {
         let store = Self::at(pki_dir);
         let dir = &store.pki_dir;
         ensure_dir(dir, 0o700)?;
-        let mode = fs::metadata(dir).map_err(|e| io_err(dir, e))?.permissions().mode() & 0o777;
+        let mode = fs::metadata(dir)
+            .map_err(|e| io_err(dir, e))?
+            .permissions()
+            .mode()
+            & 0o777;
         if mode != 0o700 && mode != 0o750 {
-            fs::set_permissions(dir, fs::Permissions::from_mode(0o700)).map_err(|e| io_err(dir, e))?;
+            fs::set_permissions(dir, fs::Permissions::from_mode(0o700))
+                .map_err(|e| io_err(dir, e))?;
         }
         for sub in PKI_SUBDIRS {
             ensure_dir(&dir.join(sub), STATE_DIR_MODE)?;
         }
         Ok(store)
-    }
-
-    /// Makes every file this store writes owned by `uid` (Salt chowns key files to its `user`
-    /// option; failures to chown are ignored, as in Salt).
-    pub fn with_owner(mut self, uid: Option<u32>) -> Self {
-        self.owner = uid;
-        self
     }
 
     /// The pki directory.
@@ -191,7 +201,13 @@ impl KeyStore {
         let path = self.key_path(state, id)?;
         let dir = self.pki_dir.join(state.dir_name());
         ensure_dir(&dir, STATE_DIR_MODE)?;
-        write_atomic(&dir, id, clean_key(pem).as_bytes(), KEY_FILE_MODE, self.owner, Replace::Always)?;
+        write_atomic(
+            &dir,
+            id,
+            clean_key(pem).as_bytes(),
+            KEY_FILE_MODE,
+            Replace::Always,
+        )?;
         tracing::debug!(path = %path.display(), "Stored key");
         if state != KeyState::Denied {
             for other in KEY_STATES.into_iter().filter(|s| *s != state) {
@@ -208,7 +224,13 @@ impl KeyStore {
         self.key_path(KeyState::Denied, id)?;
         let dir = self.pki_dir.join(KeyState::Denied.dir_name());
         ensure_dir(&dir, STATE_DIR_MODE)?;
-        write_atomic(&dir, id, clean_key(pem).as_bytes(), KEY_FILE_MODE, self.owner, Replace::Never)
+        write_atomic(
+            &dir,
+            id,
+            clean_key(pem).as_bytes(),
+            KEY_FILE_MODE,
+            Replace::Never,
+        )
     }
 
     /// Removes `id`'s key from accepted, pending and rejected (`flush("keys", id)`; denied is
@@ -250,8 +272,10 @@ impl KeyStore {
     /// The master's own key files salt-key shows as "Local Keys" (`Key.local_keys`): regular
     /// files (not the `master.*` symlinks) in the pki directory ending in `.pem` or `.pub`.
     pub fn local_keys(&self) -> Result<Vec<String>> {
-        let mut names: Vec<String> =
-            regular_files(&self.pki_dir)?.into_iter().filter(|n| n.ends_with(".pem") || n.ends_with(".pub")).collect();
+        let mut names: Vec<String> = regular_files(&self.pki_dir)?
+            .into_iter()
+            .filter(|n| n.ends_with(".pem") || n.ends_with(".pub"))
+            .collect();
         sort_ignorecase(&mut names);
         Ok(names)
     }
@@ -279,9 +303,13 @@ pub fn sort_ignorecase(names: &mut [String]) {
 pub fn key_fingerprint(text: &str, hash_type: &str) -> Result<String> {
     let md = openssl::hash::MessageDigest::from_name(hash_type)
         .ok_or_else(|| Error::UnsupportedHash(hash_type.to_owned()))?;
-    let digest =
-        openssl::hash::hash(md, text.as_bytes()).map_err(|_| Error::UnsupportedHash(hash_type.to_owned()))?;
-    Ok(digest.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":"))
+    let digest = openssl::hash::hash(md, text.as_bytes())
+        .map_err(|_| Error::UnsupportedHash(hash_type.to_owned()))?;
+    Ok(digest
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":"))
 }
 
 #[cfg(test)]
@@ -295,7 +323,16 @@ pub(crate) mod tests {
     pub(crate) fn pubkey(n: usize) -> String {
         static KEYS: OnceLock<Vec<String>> = OnceLock::new();
         KEYS.get_or_init(|| {
-            (0..8).map(|_| PrivateKey::generate(1024).unwrap().public_key().unwrap().to_pem().unwrap()).collect()
+            (0..8)
+                .map(|_| {
+                    PrivateKey::generate(1024)
+                        .unwrap()
+                        .public_key()
+                        .unwrap()
+                        .to_pem()
+                        .unwrap()
+                })
+                .collect()
         })[n % 8]
             .clone()
     }
@@ -362,7 +399,10 @@ pub(crate) mod tests {
         assert!(s.add_denied("m1", &pubkey(5)).unwrap());
         assert!(!s.add_denied("m1", &pubkey(6)).unwrap());
         assert_eq!(s.get_denied("m1").unwrap(), Some(clean_key(&pubkey(5))));
-        assert!(s.get("m1").unwrap().is_some(), "denied keys are not the id's key");
+        assert!(
+            s.get("m1").unwrap().is_some(),
+            "denied keys are not the id's key"
+        );
     }
 
     #[test]
@@ -377,8 +417,14 @@ pub(crate) mod tests {
         let (_d, s) = store_with(&[]);
         for bad in ["", ".", "..", "../x", "a/b", "a\\b", "a\0b"] {
             assert!(matches!(s.get(bad), Err(Error::InvalidId(_))), "{bad:?}");
-            assert!(matches!(s.put(bad, Accepted, &pubkey(0)), Err(Error::InvalidId(_))), "{bad:?}");
-            assert!(matches!(s.add_denied(bad, &pubkey(0)), Err(Error::InvalidId(_))), "{bad:?}");
+            assert!(
+                matches!(s.put(bad, Accepted, &pubkey(0)), Err(Error::InvalidId(_))),
+                "{bad:?}"
+            );
+            assert!(
+                matches!(s.add_denied(bad, &pubkey(0)), Err(Error::InvalidId(_))),
+                "{bad:?}"
+            );
             assert!(matches!(s.delete(bad), Err(Error::InvalidId(_))), "{bad:?}");
         }
     }
@@ -395,12 +441,20 @@ pub(crate) mod tests {
 
     #[test]
     fn list_sorts_ignoring_case_and_skips_junk() {
-        let (dir, s) = store_with(&[(Accepted, "beta"), (Accepted, "Alpha"), (Accepted, "gamma"), (Accepted, "alpha")]);
+        let (dir, s) = store_with(&[
+            (Accepted, "beta"),
+            (Accepted, "Alpha"),
+            (Accepted, "gamma"),
+            (Accepted, "alpha"),
+        ]);
         let acc = dir.path().join("pki/minions");
         fs::write(acc.join(".hidden"), "x").unwrap();
         fs::create_dir(acc.join("subdir")).unwrap();
         std::os::unix::fs::symlink(acc.join("beta"), acc.join("link")).unwrap();
-        assert_eq!(s.list(Accepted).unwrap(), ["Alpha", "alpha", "beta", "gamma"]);
+        assert_eq!(
+            s.list(Accepted).unwrap(),
+            ["Alpha", "alpha", "beta", "gamma"]
+        );
     }
 
     #[test]
@@ -419,8 +473,16 @@ pub(crate) mod tests {
         s.load_or_create_master_keys("mm", 2048).unwrap();
         fs::write(dir.path().join("pki/notes.txt"), "x").unwrap();
         assert_eq!(s.local_keys().unwrap(), ["mm.pem", "mm.pub"]);
-        assert!(s.read_local("mm.pub").unwrap().unwrap().starts_with("-----BEGIN PUBLIC KEY-----"));
-        assert_eq!(s.read_local("master.pub").unwrap(), None, "symlinks are not read");
+        assert!(s
+            .read_local("mm.pub")
+            .unwrap()
+            .unwrap()
+            .starts_with("-----BEGIN PUBLIC KEY-----"));
+        assert_eq!(
+            s.read_local("master.pub").unwrap(),
+            None,
+            "symlinks are not read"
+        );
     }
 
     #[test]
@@ -430,6 +492,9 @@ pub(crate) mod tests {
             key_fingerprint("abc", "sha256").unwrap(),
             "ba:78:16:bf:8f:01:cf:ea:41:41:40:de:5d:ae:22:23:b0:03:61:a3:96:17:7a:9c:b4:10:ff:61:f2:00:15:ad"
         );
-        assert!(matches!(key_fingerprint("abc", "nope"), Err(Error::UnsupportedHash(_))));
+        assert!(matches!(
+            key_fingerprint("abc", "nope"),
+            Err(Error::UnsupportedHash(_))
+        ));
     }
 }

@@ -28,7 +28,11 @@ impl KeyStore {
     /// Deviation from Salt, for safety: when `master.pem` is a symlink to another id's key
     /// (the `id` option changed), Salt generates a brand-new key and every minion that pinned
     /// the old one stops trusting the master; Halite migrates the existing key instead.
-    pub fn load_or_create_master_keys(&self, master_id: &str, keysize: u32) -> Result<(PrivateKey, String)> {
+    pub fn load_or_create_master_keys(
+        &self,
+        master_id: &str,
+        keysize: u32,
+    ) -> Result<(PrivateKey, String)> {
         if !valid_id(master_id) {
             return Err(Error::InvalidId(master_id.to_owned()));
         }
@@ -63,10 +67,21 @@ impl KeyStore {
             return parse_private(&pem_path, &text);
         }
         crate::fsio::ensure_dir(&self.pki_dir, 0o700)?;
-        let key = PrivateKey::generate(keysize).map_err(|source| Error::Key { path: pem_path.clone(), source })?;
-        let private = key.to_pem().map_err(|source| Error::Key { path: pem_path.clone(), source })?;
-        let written =
-            write_atomic(&self.pki_dir, &format!("{name}.pem"), private.as_bytes(), KEY_PAIR_MODE, self.owner, Replace::Never)?;
+        let key = PrivateKey::generate(keysize).map_err(|source| Error::Key {
+            path: pem_path.clone(),
+            source,
+        })?;
+        let private = key.to_pem().map_err(|source| Error::Key {
+            path: pem_path.clone(),
+            source,
+        })?;
+        let written = write_atomic(
+            &self.pki_dir,
+            &format!("{name}.pem"),
+            private.as_bytes(),
+            KEY_PAIR_MODE,
+            Replace::Never,
+        )?;
         if !written {
             let text = read_key_file(&pem_path)?.ok_or_else(|| missing(&pem_path))?;
             return parse_private(&pem_path, &text);
@@ -78,7 +93,9 @@ impl KeyStore {
     /// The `<id>.pem` pair if present (the public half is recreated when missing).
     fn load_pair(&self, master_id: &str) -> Result<Option<(PrivateKey, String)>> {
         let pem_path = self.pki_dir.join(format!("{master_id}.pem"));
-        let Some(text) = read_key_file(&pem_path)? else { return Ok(None) };
+        let Some(text) = read_key_file(&pem_path)? else {
+            return Ok(None);
+        };
         let key = parse_private(&pem_path, &text)?;
         let public = self.public_for(master_id, &key)?;
         Ok(Some((key, public)))
@@ -104,11 +121,23 @@ impl KeyStore {
             Err(e) => return Err(crate::fsio::io_err(&legacy_pub, e)),
         };
         let pem_name = format!("{master_id}.pem");
-        write_atomic(&self.pki_dir, &pem_name, text.as_bytes(), KEY_PAIR_MODE, self.owner, Replace::Always)?;
+        write_atomic(
+            &self.pki_dir,
+            &pem_name,
+            text.as_bytes(),
+            KEY_PAIR_MODE,
+            Replace::Always,
+        )?;
         match public {
             Some(public) => {
                 let pub_name = format!("{master_id}.pub");
-                write_atomic(&self.pki_dir, &pub_name, public.as_bytes(), KEY_PAIR_MODE, self.owner, Replace::Always)?;
+                write_atomic(
+                    &self.pki_dir,
+                    &pub_name,
+                    public.as_bytes(),
+                    KEY_PAIR_MODE,
+                    Replace::Always,
+                )?;
             }
             None => {
                 self.write_public(master_id, &key)?;
@@ -125,13 +154,17 @@ impl KeyStore {
         for ext in ["pem", "pub"] {
             let link = self.pki_dir.join(format!("master.{ext}"));
             let target_name = format!("{master_id}.{ext}");
-            let target =
-                if self.pki_dir.is_absolute() { self.pki_dir.join(&target_name) } else { PathBuf::from(&target_name) };
+            let target = if self.pki_dir.is_absolute() {
+                self.pki_dir.join(&target_name)
+            } else {
+                PathBuf::from(&target_name)
+            };
             if fs::read_link(&link).is_ok_and(|t| t == target) {
                 continue;
             }
             remove_entry(&link)?;
-            std::os::unix::fs::symlink(&target, &link).map_err(|e| crate::fsio::io_err(&link, e))?;
+            std::os::unix::fs::symlink(&target, &link)
+                .map_err(|e| crate::fsio::io_err(&link, e))?;
         }
         Ok(())
     }
@@ -144,7 +177,12 @@ impl KeyStore {
             Some(p) => p,
             None => self.write_public(name, key)?,
         };
-        check_pair(&self.pki_dir.join(format!("{name}.pem")), &pub_path, key, &public)?;
+        check_pair(
+            &self.pki_dir.join(format!("{name}.pem")),
+            &pub_path,
+            key,
+            &public,
+        )?;
         Ok(clean_key(&public))
     }
 
@@ -153,18 +191,33 @@ impl KeyStore {
         let public = key
             .public_key()
             .and_then(|p| p.to_pem())
-            .map_err(|source| Error::Key { path: pub_path.clone(), source })?;
-        write_atomic(&self.pki_dir, &format!("{name}.pub"), public.as_bytes(), KEY_PAIR_MODE, self.owner, Replace::Always)?;
+            .map_err(|source| Error::Key {
+                path: pub_path.clone(),
+                source,
+            })?;
+        write_atomic(
+            &self.pki_dir,
+            &format!("{name}.pub"),
+            public.as_bytes(),
+            KEY_PAIR_MODE,
+            Replace::Always,
+        )?;
         Ok(public)
     }
 }
 
 fn parse_private(path: &Path, text: &str) -> Result<PrivateKey> {
-    PrivateKey::from_pem(text.as_bytes()).map_err(|source| Error::Key { path: path.to_path_buf(), source })
+    PrivateKey::from_pem(text.as_bytes()).map_err(|source| Error::Key {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 fn missing(path: &Path) -> Error {
-    Error::Io { path: path.to_path_buf(), source: io::Error::from(io::ErrorKind::NotFound) }
+    Error::Io {
+        path: path.to_path_buf(),
+        source: io::Error::from(io::ErrorKind::NotFound),
+    }
 }
 
 /// Refuses a public key file that does not belong to the private key: minions would pin a key
@@ -172,11 +225,22 @@ fn missing(path: &Path) -> Error {
 fn check_pair(pem_path: &Path, pub_path: &Path, key: &PrivateKey, public: &str) -> Result<()> {
     let on_disk = PublicKey::from_pem(public.as_bytes())
         .and_then(|p| p.to_pem())
-        .map_err(|source| Error::Key { path: pub_path.to_path_buf(), source })?;
-    let derived =
-        key.public_key().and_then(|p| p.to_pem()).map_err(|source| Error::Key { path: pem_path.to_path_buf(), source })?;
+        .map_err(|source| Error::Key {
+            path: pub_path.to_path_buf(),
+            source,
+        })?;
+    let derived = key
+        .public_key()
+        .and_then(|p| p.to_pem())
+        .map_err(|source| Error::Key {
+            path: pem_path.to_path_buf(),
+            source,
+        })?;
     if on_disk != derived {
-        return Err(Error::MasterKeyMismatch { private: pem_path.to_path_buf(), public: pub_path.to_path_buf() });
+        return Err(Error::MasterKeyMismatch {
+            private: pem_path.to_path_buf(),
+            public: pub_path.to_path_buf(),
+        });
     }
     Ok(())
 }
@@ -198,14 +262,25 @@ mod tests {
         assert_eq!(key.bits(), 2048);
         let pki = dir.path();
         let pem = fs::read_to_string(pki.join("mm.pem")).unwrap();
-        assert!(pem.starts_with("-----BEGIN RSA PRIVATE KEY-----\n"), "PKCS#1 like Salt");
+        assert!(
+            pem.starts_with("-----BEGIN RSA PRIVATE KEY-----\n"),
+            "PKCS#1 like Salt"
+        );
         let pub_text = fs::read_to_string(pki.join("mm.pub")).unwrap();
-        assert!(pub_text.starts_with("-----BEGIN PUBLIC KEY-----\n") && pub_text.ends_with("-----\n"));
+        assert!(
+            pub_text.starts_with("-----BEGIN PUBLIC KEY-----\n") && pub_text.ends_with("-----\n")
+        );
         assert_eq!(public, clean_key(&pub_text));
         assert_eq!(mode(&pki.join("mm.pem")), 0o400);
         assert_eq!(mode(&pki.join("mm.pub")), 0o400);
-        assert_eq!(fs::read_link(pki.join("master.pem")).unwrap(), pki.join("mm.pem"));
-        assert_eq!(fs::read_link(pki.join("master.pub")).unwrap(), pki.join("mm.pub"));
+        assert_eq!(
+            fs::read_link(pki.join("master.pem")).unwrap(),
+            pki.join("mm.pem")
+        );
+        assert_eq!(
+            fs::read_link(pki.join("master.pub")).unwrap(),
+            pki.join("mm.pub")
+        );
     }
 
     #[test]
@@ -223,12 +298,25 @@ mod tests {
         let pki = dir.path();
         let key = PrivateKey::generate(2048).unwrap();
         fs::write(pki.join("master.pem"), key.to_pem().unwrap()).unwrap();
-        fs::write(pki.join("master.pub"), key.public_key().unwrap().to_pem().unwrap()).unwrap();
+        fs::write(
+            pki.join("master.pub"),
+            key.public_key().unwrap().to_pem().unwrap(),
+        )
+        .unwrap();
         let store = KeyStore::open(pki).unwrap();
         let (_, public) = store.load_or_create_master_keys("mm", 2048).unwrap();
-        assert_eq!(public, clean_key(&key.public_key().unwrap().to_pem().unwrap()));
-        assert!(fs::symlink_metadata(pki.join("master.pem")).unwrap().file_type().is_symlink());
-        assert_eq!(fs::read_to_string(pki.join("mm.pem")).unwrap(), key.to_pem().unwrap());
+        assert_eq!(
+            public,
+            clean_key(&key.public_key().unwrap().to_pem().unwrap())
+        );
+        assert!(fs::symlink_metadata(pki.join("master.pem"))
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        assert_eq!(
+            fs::read_to_string(pki.join("mm.pem")).unwrap(),
+            key.to_pem().unwrap()
+        );
     }
 
     #[test]
@@ -238,7 +326,10 @@ mod tests {
         let (_, old) = store.load_or_create_master_keys("old", 2048).unwrap();
         let (_, new) = store.load_or_create_master_keys("new", 2048).unwrap();
         assert_eq!(old, new);
-        assert_eq!(fs::read_link(dir.path().join("master.pub")).unwrap(), dir.path().join("new.pub"));
+        assert_eq!(
+            fs::read_link(dir.path().join("master.pub")).unwrap(),
+            dir.path().join("new.pub")
+        );
     }
 
     #[test]
@@ -257,10 +348,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = KeyStore::open(dir.path()).unwrap();
         store.load_or_create_master_keys("mm", 2048).unwrap();
-        let other = PrivateKey::generate(2048).unwrap().public_key().unwrap().to_pem().unwrap();
+        let other = PrivateKey::generate(2048)
+            .unwrap()
+            .public_key()
+            .unwrap()
+            .to_pem()
+            .unwrap();
         fs::remove_file(dir.path().join("mm.pub")).unwrap();
         fs::write(dir.path().join("mm.pub"), other).unwrap();
-        assert!(matches!(store.load_or_create_master_keys("mm", 2048), Err(Error::MasterKeyMismatch { .. })));
+        assert!(matches!(
+            store.load_or_create_master_keys("mm", 2048),
+            Err(Error::MasterKeyMismatch { .. })
+        ));
     }
 
     #[test]
@@ -268,7 +367,13 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = KeyStore::open(dir.path()).unwrap();
         for bad in ["", "..", "a/b"] {
-            assert!(matches!(store.load_or_create_master_keys(bad, 2048), Err(Error::InvalidId(_))), "{bad:?}");
+            assert!(
+                matches!(
+                    store.load_or_create_master_keys(bad, 2048),
+                    Err(Error::InvalidId(_))
+                ),
+                "{bad:?}"
+            );
         }
     }
 
@@ -277,7 +382,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = KeyStore::open(dir.path()).unwrap();
         let (_, first) = store.load_or_create_master_keys("master", 2048).unwrap();
-        assert!(fs::symlink_metadata(dir.path().join("master.pem")).unwrap().is_file());
+        assert!(fs::symlink_metadata(dir.path().join("master.pem"))
+            .unwrap()
+            .is_file());
         let (_, again) = store.load_or_create_master_keys("master", 2048).unwrap();
         assert_eq!(first, again);
     }

@@ -11,7 +11,12 @@ use halite_proto::auth::KeyState;
 use halite_proto::rsa::PublicKey;
 
 /// Order in which `Key.list_keys` builds its dict, and so the order of [`KeyStore::glob_match`].
-const LIST_ORDER: [KeyState; 4] = [KeyState::Pending, KeyState::Rejected, KeyState::Accepted, KeyState::Denied];
+const LIST_ORDER: [KeyState; 4] = [
+    KeyState::Pending,
+    KeyState::Rejected,
+    KeyState::Accepted,
+    KeyState::Denied,
+];
 
 /// Key ids grouped by state, in insertion order. A state is present only with at least one id;
 /// an id may repeat when it matched several comma-separated globs (as in Salt).
@@ -43,7 +48,11 @@ impl Matches {
 
     /// The ids matched in `state`.
     pub fn get(&self, state: KeyState) -> &[String] {
-        self.0.iter().find(|(s, _)| *s == state).map(|(_, ids)| ids.as_slice()).unwrap_or(&[])
+        self.0
+            .iter()
+            .find(|(s, _)| *s == state)
+            .map(|(_, ids)| ids.as_slice())
+            .unwrap_or(&[])
     }
 
     fn push(&mut self, state: KeyState, id: String) {
@@ -93,11 +102,29 @@ impl Include {
     /// to rejected keys and reject to accepted keys, but never to denied keys; accept ignores
     /// `--include-accepted` and reject ignores `--include-rejected`. Delete keeps the flags
     /// as given (they only change its "does not match" wording).
-    pub fn for_action(action: Action, accepted: bool, rejected: bool, denied: bool, all: bool) -> Include {
+    pub fn for_action(
+        action: Action,
+        accepted: bool,
+        rejected: bool,
+        denied: bool,
+        all: bool,
+    ) -> Include {
         match action {
-            Action::Accept => Include { accepted: false, rejected: rejected || all, denied },
-            Action::Reject => Include { accepted: accepted || all, rejected: false, denied },
-            Action::Delete => Include { accepted, rejected, denied },
+            Action::Accept => Include {
+                accepted: false,
+                rejected: rejected || all,
+                denied,
+            },
+            Action::Reject => Include {
+                accepted: accepted || all,
+                rejected: false,
+                denied,
+            },
+            Action::Delete => Include {
+                accepted,
+                rejected,
+                denied,
+            },
         }
     }
 
@@ -175,7 +202,9 @@ impl KeyStore {
         if include.denied {
             order.push(KeyState::Denied);
         }
-        Ok(Matches::from_groups(order.into_iter().map(|s| (s, all.get(s).to_vec()))))
+        Ok(Matches::from_groups(
+            order.into_iter().map(|s| (s, all.get(s).to_vec())),
+        ))
     }
 
     /// Carries out `action` on a selection from [`KeyStore::select`] (`Key.accept`,
@@ -202,7 +231,10 @@ impl KeyStore {
                         }
                     }
                 }
-                return Ok(Applied { result: selected.clone(), invalid: Vec::new() });
+                return Ok(Applied {
+                    result: selected.clone(),
+                    invalid: Vec::new(),
+                });
             }
         };
         let mut sources = vec![KeyState::Pending];
@@ -232,7 +264,10 @@ impl KeyStore {
                 }
             }
         }
-        Ok(Applied { result: self.dict_match(selected)?, invalid })
+        Ok(Applied {
+            result: self.dict_match(selected)?,
+            invalid,
+        })
     }
 
     /// `Key.dict_match`: for each selected id (used as a glob, as Salt does), the states that
@@ -244,7 +279,12 @@ impl KeyStore {
             let mut ids = ids.to_vec();
             sort_ignorecase(&mut ids);
             for id in ids {
-                for state in [KeyState::Accepted, KeyState::Pending, KeyState::Rejected, KeyState::Denied] {
+                for state in [
+                    KeyState::Accepted,
+                    KeyState::Pending,
+                    KeyState::Rejected,
+                    KeyState::Denied,
+                ] {
                     if lists.get(state).iter().any(|name| fnmatch(name, &id)) {
                         m.push(state, id.clone());
                     }
@@ -287,7 +327,12 @@ mod tests {
 
     #[test]
     fn glob_match_groups_in_list_keys_order_and_splits_commas() {
-        let (_d, s) = store_with(&[(Accepted, "web1"), (Pending, "web2"), (Rejected, "db"), (Denied, "web1")]);
+        let (_d, s) = store_with(&[
+            (Accepted, "web1"),
+            (Pending, "web2"),
+            (Rejected, "db"),
+            (Denied, "web1"),
+        ]);
         let m = s.glob_match("web*,db").unwrap();
         assert_eq!(
             m,
@@ -303,14 +348,25 @@ mod tests {
     #[test]
     fn id_matching_two_globs_is_listed_twice_like_salt() {
         let (_d, s) = store_with(&[(Pending, "web1")]);
-        assert_eq!(s.glob_match("web1,w*").unwrap().get(Pending), ids(&["web1", "web1"]));
+        assert_eq!(
+            s.glob_match("web1,w*").unwrap().get(Pending),
+            ids(&["web1", "web1"])
+        );
     }
 
     #[test]
     fn accept_selects_only_pending_unless_included() {
-        let (_d, s) = store_with(&[(Pending, "a1"), (Rejected, "a2"), (Denied, "a3"), (Accepted, "a4")]);
+        let (_d, s) = store_with(&[
+            (Pending, "a1"),
+            (Rejected, "a2"),
+            (Denied, "a3"),
+            (Accepted, "a4"),
+        ]);
         let plain = Include::for_action(Action::Accept, true, false, false, false);
-        assert_eq!(s.select(Action::Accept, "a*", plain).unwrap(), Matches::from_groups([(Pending, ids(&["a1"]))]));
+        assert_eq!(
+            s.select(Action::Accept, "a*", plain).unwrap(),
+            Matches::from_groups([(Pending, ids(&["a1"]))])
+        );
         let all = Include::for_action(Action::Accept, false, false, false, true);
         assert_eq!(
             s.select(Action::Accept, "a*", all).unwrap(),
@@ -326,7 +382,10 @@ mod tests {
         let sel = s.select(Action::Reject, "*", inc).unwrap();
         assert_eq!(sel, Matches::from_groups([(Accepted, ids(&["a4"]))]));
         let done = s.apply(Action::Reject, &sel, inc).unwrap();
-        assert_eq!(done.result, Matches::from_groups([(Rejected, ids(&["a4"]))]));
+        assert_eq!(
+            done.result,
+            Matches::from_groups([(Rejected, ids(&["a4"]))])
+        );
         assert_eq!(s.list(Rejected).unwrap(), ids(&["a2", "a4"]));
     }
 
@@ -339,14 +398,22 @@ mod tests {
         let sel = s.select(Action::Accept, "m", inc).unwrap();
         assert_eq!(sel, Matches::from_groups([(Denied, ids(&["m"]))]));
         s.apply(Action::Accept, &sel, inc).unwrap();
-        assert_eq!(s.get("m").unwrap(), Some((Accepted, halite_proto::pem::clean_key(&impostor))));
+        assert_eq!(
+            s.get("m").unwrap(),
+            Some((Accepted, halite_proto::pem::clean_key(&impostor)))
+        );
         assert_eq!(s.get_denied("m").unwrap(), None);
     }
 
     #[test]
     fn invalid_key_is_reported_and_left_in_place() {
         let (_d, s) = store_with(&[]);
-        s.put("bad", Pending, "-----BEGIN PUBLIC KEY-----\nnope\n-----END PUBLIC KEY-----").unwrap();
+        s.put(
+            "bad",
+            Pending,
+            "-----BEGIN PUBLIC KEY-----\nnope\n-----END PUBLIC KEY-----",
+        )
+        .unwrap();
         let inc = Include::default();
         let sel = s.select(Action::Accept, "bad", inc).unwrap();
         let done = s.apply(Action::Accept, &sel, inc).unwrap();
@@ -358,7 +425,10 @@ mod tests {
     fn delete_removes_the_selected_states() {
         let (_d, s) = store_with(&[(Accepted, "m"), (Denied, "m"), (Pending, "n")]);
         let sel = s.select(Action::Delete, "m", Include::default()).unwrap();
-        assert_eq!(sel, Matches::from_groups([(Accepted, ids(&["m"])), (Denied, ids(&["m"]))]));
+        assert_eq!(
+            sel,
+            Matches::from_groups([(Accepted, ids(&["m"])), (Denied, ids(&["m"]))])
+        );
         let done = s.apply(Action::Delete, &sel, Include::default()).unwrap();
         assert_eq!(done.result, sel);
         assert_eq!(s.get("m").unwrap(), None);
@@ -370,9 +440,29 @@ mod tests {
     fn no_match_wording_lists_the_included_states() {
         let cases = [
             (Include::default(), "unaccepted"),
-            (Include { rejected: true, ..Include::default() }, "unaccepted or rejected"),
-            (Include { accepted: true, rejected: false, denied: true }, "unaccepted, accepted or denied"),
-            (Include { accepted: true, rejected: true, denied: true }, "unaccepted, accepted, rejected or denied"),
+            (
+                Include {
+                    rejected: true,
+                    ..Include::default()
+                },
+                "unaccepted or rejected",
+            ),
+            (
+                Include {
+                    accepted: true,
+                    rejected: false,
+                    denied: true,
+                },
+                "unaccepted, accepted or denied",
+            ),
+            (
+                Include {
+                    accepted: true,
+                    rejected: true,
+                    denied: true,
+                },
+                "unaccepted, accepted, rejected or denied",
+            ),
         ];
         for (inc, want) in cases {
             assert_eq!(inc.describe(), want);

@@ -1,0 +1,438 @@
+//! halite-key against the stock salt-key 3008.3: every case builds two identical master
+//! directories, runs stock salt-key on one and halite-key on the other with the same
+//! arguments and stdin, and compares exit code, stdout, the meaningful stderr lines and the
+//! resulting files (names, modes, symlink targets, contents).
+//!
+//! The fixture is written through `halite-keystore` (minion keys with `put`/`add_denied`,
+//! the master pair migrated from a legacy `master.pem`), so these tests also check that
+//! stock Salt reads the layout Halite writes.
+//!
+//! The stock programs come from `<workspace>/.salt-venv` (created by `.ci/run`); without
+//! it these tests fail rather than pass silently.
+
+use halite_keystore::{KeyState, KeyStore};
+use halite_proto::rsa::PrivateKey;
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+
+const HALITE_KEY: &str = env!("CARGO_BIN_EXE_halite-key");
+
+fn stock_salt_key() -> PathBuf {
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.salt-venv");
+    let bin = venv.join("bin/salt-key");
+    assert!(
+        bin.is_file(),
+        "stock Salt is missing at {}: run .ci/run to create the .salt-venv before these tests",
+        bin.display()
+    );
+    bin
+}
+
+fn current_user() -> String {
+    let out = Command::new("id").arg("-un").output().expect("run id -un");
+    String::from_utf8(out.stdout)
+        .expect("user name is UTF-8")
+        .trim()
+        .to_owned()
+}
+
+/// Key material shared by every fixture, so that the two directories of a case are equal.
+struct Material {
+    master_pem: String,
+    master_pub: String,
+    minions: Vec<String>,
+}
+
+fn material() -> &'static Material {
+    static M: OnceLock<Material> = OnceLock::new();
+    M.get_or_init(|| {
+        let master = PrivateKey::generate(2048).unwrap();
+        Material {
+            master_pem: master.to_pem().unwrap(),
+            master_pub: master.public_key().unwrap().to_pem().unwrap(),
+            minions: (0..4)
+                .map(|_| {
+                    PrivateKey::generate(1024)
+                        .unwrap()
+                        .public_key()
+                        .unwrap()
+                        .to_pem()
+                        .unwrap()
+                })
+                .collect(),
+        }
+    })
+}
+
+/// A master configuration directory with keys in every state and some minion data cache.
+fn fixture(root: &Path) {
+    let m = material();
+    for sub in ["pki", "cache", "sock"] {
+        fs::create_dir_all(root.join(sub)).unwrap();
+    }
+    let d = root.display();
+    fs::write(
+        root.join("master"),
+        format!(
+            "user: {}\nroot_dir: {d}\npki_dir: {d}/pki\ncachedir: {d}/cache\nsock_dir: {d}/sock\n\
+             log_file: {d}/master.log\nkey_logfile: {d}/key.log\nid: testm_master\n",
+            current_user()
+        ),
+    )
+    .unwrap();
+    let pki = root.join("pki");
+    fs::write(pki.join("master.pem"), &m.master_pem).unwrap();
+    fs::write(pki.join("master.pub"), &m.master_pub).unwrap();
+    let store = KeyStore::open(&pki).unwrap();
+    store.load_or_create_master_keys("testm", 2048).unwrap();
+    let k = &m.minions;
+    for (state, id, key) in [
+        (KeyState::Accepted, "Alpha", &k[0]),
+        (KeyState::Accepted, "beta", &k[1]),
+        (KeyState::Pending, "gamma", &k[2]),
+        (KeyState::Pending, "Zed", &k[3]),
+        (KeyState::Pending, "web1", &k[1]),
+        (KeyState::Pending, "web2", &k[2]),
+        (KeyState::Rejected, "rej1", &k[3]),
+        (KeyState::Rejected, "web3", &k[0]),
+    ] {
+        store.put(id, state, key).unwrap();
+    }
+    store
+        .put(
+            "bad",
+            KeyState::Pending,
+            "-----BEGIN PUBLIC KEY-----\nnope\n-----END PUBLIC KEY-----",
+        )
+        .unwrap();
+    assert!(store.add_denied("beta", &k[3]).unwrap());
+    let cache = root.join("cache");
+    for (bank, name) in [
+        ("grains", "Alpha.p"),
+        ("grains", "beta.p"),
+        ("grains", "gamma.p"),
+        ("grains", "gone.p"),
+        ("grains", "web1.p"),
+        ("pillar", "gone:base.p"),
+        ("pillar", "beta:base.p"),
+    ] {
+        fs::create_dir_all(cache.join(bank)).unwrap();
+        fs::write(cache.join(bank).join(name), "x").unwrap();
+    }
+}
+
+/// What a run leaves behind and prints.
+#[derive(Debug, PartialEq, Eq)]
+struct Outcome {
+    code: Option<i32>,
+    stdout: String,
+    stderr: Vec<String>,
+    files: BTreeMap<String, String>,
+}
+
+fn run(bin: &Path, root: &Path, args: &[&str], stdin: Option<&str>) -> Outcome {
+    let mut child = Command::new(bin)
+        .arg("-c")
+        .arg(root)
+        .args(args)
+        .current_dir(root)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", bin.display()));
+    if let Some(input) = stdin {
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    let root_text = root.display().to_string();
+    let clean = |b: &[u8]| {
+        String::from_utf8_lossy(b)
+            .replace(&root_text, "ROOT")
+            .replace("salt-key", "halite-key")
+    };
+    Outcome {
+        code: out.status.code(),
+        stdout: clean(&out.stdout),
+        stderr: clean(&out.stderr)
+            .lines()
+            .filter(|l| meaningful_stderr(l))
+            .map(str::to_owned)
+            .collect(),
+        files: snapshot(root),
+    }
+}
+
+/// Stock salt-key also writes Python tracebacks and resource warnings to stderr; the
+/// messages themselves are what must match.
+fn meaningful_stderr(line: &str) -> bool {
+    let python_noise = line.starts_with("Traceback ")
+        || line.starts_with(' ')
+        || line
+            .trim_start_matches("[WARNING ] ")
+            .starts_with("unclosed ")
+        || line.split_once(": ").is_some_and(|(head, _)| {
+            head.ends_with("Error") && head != "Error" && !head.contains(' ')
+        });
+    !python_noise
+}
+
+/// Every entry under `pki/` and `cache/`: type, mode, and content or link target.
+fn snapshot(root: &Path) -> BTreeMap<String, String> {
+    let mut files = BTreeMap::new();
+    let root_text = root.display().to_string();
+    let mut stack = vec![root.join("pki"), root.join("cache")];
+    while let Some(dir) = stack.pop() {
+        for entry in fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let meta = fs::symlink_metadata(&path).unwrap();
+            let rel = path.strip_prefix(root).unwrap().display().to_string();
+            let mode = meta.mode() & 0o7777;
+            let desc = if meta.file_type().is_symlink() {
+                format!(
+                    "link -> {}",
+                    fs::read_link(&path)
+                        .unwrap()
+                        .display()
+                        .to_string()
+                        .replace(&root_text, "ROOT")
+                )
+            } else if meta.is_dir() {
+                stack.push(path.clone());
+                format!("dir {mode:o}")
+            } else {
+                format!("file {mode:o} {:?}", fs::read(&path).unwrap())
+            };
+            files.insert(rel, desc);
+        }
+    }
+    files
+}
+
+/// Runs stock salt-key and halite-key on fresh, identical fixtures and asserts the same
+/// outcome. Returns halite-key's outcome for further checks.
+fn same_as_stock(args: &[&str], stdin: Option<&str>) -> Outcome {
+    let stock_bin = stock_salt_key();
+    let stock_dir = tempfile::tempdir().unwrap();
+    let halite_dir = tempfile::tempdir().unwrap();
+    fixture(stock_dir.path());
+    fixture(halite_dir.path());
+    let stock = run(&stock_bin, stock_dir.path(), args, stdin);
+    let halite = run(Path::new(HALITE_KEY), halite_dir.path(), args, stdin);
+    assert_eq!(halite.code, stock.code, "exit code of {args:?}");
+    assert_eq!(halite.stdout, stock.stdout, "stdout of {args:?}");
+    assert_eq!(halite.stderr, stock.stderr, "stderr of {args:?}");
+    for (path, stock_desc) in &stock.files {
+        assert_eq!(
+            halite.files.get(path),
+            Some(stock_desc),
+            "{path} after {args:?}"
+        );
+    }
+    assert_eq!(
+        halite.files.len(),
+        stock.files.len(),
+        "files after {args:?}: {:?}",
+        halite.files.keys()
+    );
+    halite
+}
+
+#[test]
+fn listing_matches_stock() {
+    for args in [
+        &["-L"][..],
+        &["--list=acc"],
+        &["-l", "un"],
+        &["-l", "den", "--out=json"],
+        &["-l", "all", "--out", "yaml"],
+        &["-L", "--force-color"],
+        &["-L", "--out", "nested"],
+        &["-L", "--out", "txt"],
+        &["-L", "--out", "json", "--out-indent", "-1"],
+        &["-L", "--out", "bogus"],
+        &[],
+    ] {
+        same_as_stock(args, None);
+    }
+    let out = same_as_stock(&["-L", "--out", "json"], None);
+    let keys: Vec<&str> = out
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("    \""))
+        .map(str::trim)
+        .collect();
+    assert_eq!(
+        keys,
+        [
+            "\"minions_pre\": [",
+            "\"minions_rejected\": [",
+            "\"minions\": [",
+            "\"minions_denied\": ["
+        ]
+    );
+}
+
+#[test]
+fn invalid_list_argument_is_a_usage_error() {
+    let out = same_as_stock(&["-l", "foo"], None);
+    assert_eq!(out.code, Some(64));
+    assert_eq!(
+        out.stderr,
+        [
+            "Usage: halite-key [options]",
+            "",
+            "halite-key: error: 'foo' is not a valid argument to '--list'"
+        ]
+    );
+}
+
+#[test]
+fn bad_options_are_usage_errors() {
+    for args in [
+        &["--bogus"][..],
+        &["-a"],
+        &["--keysize", "abc"],
+        &["--keysize", "1024"],
+        &["--acc", "x"],
+        &["--log-level", "bogus", "-L"],
+        &["-L", "--log-level", "quiet", "--out", "bogus"],
+    ] {
+        same_as_stock(args, None);
+    }
+}
+
+#[test]
+fn fingerprints_match_stock_including_local_keys() {
+    for args in [
+        &["-f", "beta,web*"][..],
+        &["-F", "--out", "json"],
+        &["-f", "*.pub"],
+        &["-F", "--force-color"],
+    ] {
+        same_as_stock(args, None);
+    }
+    let out = same_as_stock(&["-F"], None);
+    assert!(
+        out.stdout.starts_with("Local Keys:\ntestm.pem:  "),
+        "{}",
+        out.stdout
+    );
+}
+
+#[test]
+fn printing_keys_matches_stock() {
+    for args in [&["-P"][..], &["-P", "--out", "json"], &["-p", "beta"]] {
+        same_as_stock(args, None);
+    }
+}
+
+#[test]
+fn accepting_matches_stock() {
+    for args in [
+        &["-a", "gamma", "-y"][..],
+        &["-A", "-y"],
+        &["-a", "beta", "--include-denied", "-y"],
+        &["-a", "web*", "--include-all", "-y"],
+        &["-a", "web1,web*", "-y"],
+        &["-a", "bad", "-y"],
+        &["-a", "gamma", "-y", "--out", "json"],
+    ] {
+        same_as_stock(args, None);
+    }
+}
+
+#[test]
+fn rejecting_matches_stock() {
+    for args in [
+        &["-r", "web1", "-y"][..],
+        &["-R", "-y"],
+        &["-r", "Alpha", "--include-accepted", "-y"],
+        &["-r", "*", "--include-all", "--include-denied", "-y"],
+        &["-r", "gamma", "-y", "--rotate-aes-key", "False"],
+    ] {
+        same_as_stock(args, None);
+    }
+}
+
+#[test]
+fn deleting_matches_stock() {
+    for args in [
+        &["-d", "beta", "-y"][..],
+        &["-D", "-y"],
+        &["-d", "beta,web*", "-y"],
+        &["-d", "web1", "--preserve-minions=True", "-y"],
+        &["-d", "web1", "--rotate-aes-key=false", "-y"],
+        &["-D", "extra"],
+    ] {
+        same_as_stock(args, None);
+    }
+}
+
+#[test]
+fn unmatched_globs_are_reported_with_the_searched_states() {
+    for args in [
+        &["-a", "nomatch"][..],
+        &["-a", "nomatch", "--include-all", "--include-denied"],
+        &["-r", "nomatch", "--include-all", "--include-denied"],
+        &["-d", "nomatch", "--include-denied"],
+    ] {
+        let out = same_as_stock(args, None);
+        assert_eq!(out.code, Some(0));
+    }
+}
+
+#[test]
+fn prompts_match_stock() {
+    for (args, input) in [
+        (&["-a", "gamma"][..], Some("y\n")),
+        (&["-a", "gamma"], Some("\n")),
+        (&["-a", "gamma"], Some("n\n")),
+        (&["-a", "gamma"], None),
+        (&["-d", "gamma"], Some("\n")),
+        (&["-d", "gamma"], Some("Yes\n")),
+        (&["-r", "web*"], Some("yes")),
+    ] {
+        same_as_stock(args, input);
+    }
+}
+
+#[test]
+fn gen_keys_writes_a_private_and_public_key() {
+    let dir = tempfile::tempdir().unwrap();
+    fixture(dir.path());
+    let keys = dir.path().join("newkeys");
+    let out = Command::new(HALITE_KEY)
+        .arg("-c")
+        .arg(dir.path())
+        .args(["--gen-keys", "foo", "--gen-keys-dir"])
+        .arg(&keys)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(out.stdout, b"");
+    let pem = fs::read_to_string(keys.join("foo.pem")).unwrap();
+    assert!(pem.starts_with("-----BEGIN RSA PRIVATE KEY-----"));
+    assert_eq!(PrivateKey::from_pem(pem.as_bytes()).unwrap().bits(), 2048);
+    for name in ["foo.pem", "foo.pub"] {
+        assert_eq!(
+            fs::metadata(keys.join(name)).unwrap().permissions().mode() & 0o777,
+            0o400,
+            "{name}"
+        );
+    }
+}
