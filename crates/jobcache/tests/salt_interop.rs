@@ -1,7 +1,8 @@
 //! Stock Salt reads what `LocalCacheWriter` writes, and the two clean each other's jobs.
 //!
 //! These tests run the Salt 3008.3 venv's python (`$HALITE_SALT_VENV/bin/python`, else
-//! `<repo>/.salt-venv/bin/python`). When that python does not exist they print why and pass.
+//! `<repo>/.salt-venv/bin/python`). When that python does not exist they fail and say how
+//! to create it.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -18,15 +19,15 @@ fn venv() -> PathBuf {
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.salt-venv"))
 }
 
-/// The venv's python, or `None` (after saying so) when the venv is absent.
+/// The venv's python; a missing venv fails the test (CI always installs it).
 fn salt_python() -> Option<PathBuf> {
     let python = venv().join("bin/python");
-    if python.exists() {
-        Some(python)
-    } else {
-        eprintln!("skipping: no Salt venv python at {}", python.display());
-        None
-    }
+    assert!(
+        python.exists(),
+        "stock Salt venv missing at {}: run .ci/run (or `python3 -m venv .salt-venv && .salt-venv/bin/pip install salt==3008.3`)",
+        python.display()
+    );
+    Some(python)
 }
 
 /// Salt's own `local_cache` code, driven from the command line; prints JSON.
