@@ -1,11 +1,176 @@
-//! Execution modules: the functions a minion runs (`test.*`, `cmd.*`, `grains.*`, `sys.*`,
-//! `saltutil.*`, `status.*`), argument binding as Salt does it, and the return envelope.
+//! Execution modules: the functions a minion runs for a job (`test.*`, `cmd.*`,
+//! `grains.*`, `sys.*`, `saltutil.*`, `status.*`), bound and reported as Salt 3008.3's
+//! minion does it.
 //!
-//! API contract (shared by the minion daemon and `halite-call`; implementation in progress):
+//! # What it does
 //!
-//! ```ignore
-//! let registry = Registry::builtin();                 // every module Halite ships
-//! let ctx = Context { .. };                            // id, grains, pillar, opts, jid, jobs
-//! let ret: JobReturn = registry.execute(&ctx, "test.arg", &publish_arg_list);
-//! // ret.ret (Value), ret.retcode (i64), ret.success (bool), ret.out (Option<String>)
-//! ```
+//! * [`Registry::execute`] is `Minion._thread_return` (and `_thread_multi_return` for a
+//!   list of functions) minus the transport: it looks the function up, sorts the publish
+//!   `arg` list into positional and keyword arguments with Salt's
+//!   `load_args_and_kwargs` (`k=v` strings, the trailing `__kwarg__` map, `__pub_*`
+//!   fields), binds them with Python's rules and error texts, runs the function, and
+//!   builds the [`JobReturn`]: `retcode` from the function's `__context__["retcode"]`,
+//!   else 1 when a dict return has a falsy `result`/`success`; `success = retcode == 0`;
+//!   Salt's texts for a missing function, bad arguments (`Passed invalid arguments to
+//!   ...` with the docstring), `CommandExecutionError` (`ERROR: ...`),
+//!   `SaltInvocationError` (`ERROR executing '...': ...`) and any other exception.
+//! * Signatures and docstrings come from the stock sources (`tools/gen_specs.py`
+//!   generates `specs.rs`), so argument names, defaults, `sys.doc` and `sys.argspec`
+//!   are Salt's.
+//! * [`core_grains`] computes the core grains on Linux as `salt/grains/core.py` does,
+//!   with the static `grains` option merged over them.
+//!
+//! # What it does not do
+//!
+//! * No transport, job threads, proc files or returners: the minion daemon runs
+//!   [`Registry::execute`] on a thread per job, keeps the job table behind
+//!   [`JobTable`] and sends the return.
+//! * Only the functions listed by [`Registry::names`]; modules Salt loads that Halite
+//!   lacks (`state`, `pkg`, `file`, ...) are missing functions.
+//! * No Jinja templating (`cmd.run template=jinja` is refused), no `use_vt`, no
+//!   Windows.
+//!
+//! # Deviations from Salt
+//!
+//! Each is also documented where it is implemented.
+//!
+//! * A `__context__["retcode"]` that is not an integer (`test.retcode code=abc`) is sent
+//!   as an integer (numeric strings parsed, anything else 1); Salt sends the value.
+//! * Tracebacks have one frame (`File "halite-exec", in <fun>`) before Salt's exception
+//!   line.
+//! * A multi-function job whose argument list is too short reports an `IndexError`
+//!   for the function; Salt's job thread dies without a return.
+//! * `test.collatz` with a start below 1 fails instead of looping until memory runs out;
+//!   `test.fib` past 2^64 fails with `OverflowError` (Salt computes a number msgpack
+//!   cannot carry); `test.try` with `return_try_exception` returns the error text.
+//! * A cancelled job returns `The job was cancelled by signal N` (retcode 1); Salt's
+//!   killed job process returns nothing.
+//! * `cmd.*`: see the `cmd` module (`runas` environment, process groups, no templates).
+//! * Grains: see [`core_grains`] (interfaces from `getifaddrs`, no Python grains).
+//!
+//! # Invariants
+//!
+//! * No argument value makes a function panic; every failure is an [`ExecError`]
+//!   turned into Salt's return text.
+//! * Long functions (`test.sleep`, `cmd.*`) poll [`JobHandle::is_cancelled`] and
+//!   register their child processes, so `saltutil.kill_job` / `term_job` stop them.
+//!   A cancelled job's return says so and should be dropped by the caller, as Salt's
+//!   killed job process sends nothing.
+//! * `unsafe` code is confined to `os.rs` (libc calls for host facts and user
+//!   switching) and the process-group signal in `job.rs`.
+
+mod args;
+mod error;
+mod grains;
+mod job;
+mod modules;
+mod os;
+mod pyval;
+mod registry;
+mod spec;
+#[rustfmt::skip]
+mod specs;
+#[cfg(test)]
+mod tests;
+
+use std::sync::Arc;
+
+pub use args::parse_input;
+pub use error::ExecError;
+pub use grains::core_grains;
+pub use job::{JobHandle, JobTable, NoJobs};
+pub use registry::Registry;
+pub use rmpv::Value;
+
+/// The Salt version Halite reports (`test.version`, the `saltversion` grain).
+pub const SALT_VERSION: &str = "3008.3";
+
+/// The publish data `salt-call` hands its function: `{fun, pid, jid, tgt:
+/// "salt-call"}`. A local caller passing it as [`Context::pub_data`] gets `salt-call`'s
+/// `__pub_*` keyword arguments and, since `__pub_jid` is set, its `python_shell`
+/// default for `cmd.*` (on).
+pub fn salt_call_pub_data(fun: &str, jid: &str) -> Value {
+    Value::Map(vec![
+        (Value::from("fun"), Value::from(fun)),
+        (Value::from("pid"), Value::from(std::process::id())),
+        (Value::from("jid"), Value::from(jid)),
+        (Value::from("tgt"), Value::from("salt-call")),
+    ])
+}
+
+/// Everything a function may read about the job and the minion.
+#[derive(Clone)]
+pub struct Context {
+    /// The minion id.
+    pub id: String,
+    /// The minion configuration (Salt's `__opts__`).
+    pub opts: Arc<halite_config::MinionConfig>,
+    /// The grains (a map; Salt's `__grains__`).
+    pub grains: Arc<Value>,
+    /// The pillar (a map; Salt's `__pillar__`).
+    pub pillar: Arc<Value>,
+    /// The job id; `None` for `halite-call --local`.
+    pub jid: Option<String>,
+    /// The publish load the job came from: the source of the `__pub_*` keyword
+    /// arguments, one per field. `None` locally. (`salt-call` passes `{fun, pid, jid,
+    /// tgt: "salt-call"}`; a caller wanting its behaviour passes that.)
+    pub pub_data: Option<Value>,
+    /// The minion's live jobs.
+    pub jobs: Arc<dyn JobTable>,
+    /// This job's cancellation handle.
+    pub job: Arc<JobHandle>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("id", &self.id)
+            .field("jid", &self.jid)
+            .field("pub_data", &self.pub_data)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a job produced, as the minion's return load carries it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobReturn {
+    /// `return`.
+    pub ret: Value,
+    /// `retcode` (for a multi-function job: the first non-zero one, or 1 if a function
+    /// failed; the load carries [`JobReturn::multi`] instead).
+    pub retcode: i64,
+    /// `success`: `retcode == 0` (for a multi-function job: every function succeeded).
+    pub success: bool,
+    /// `out`: the outputter Salt names for the return (`nested` on errors), if any.
+    pub out: Option<String>,
+    /// For a multi-function job, Salt's per-function `retcode` and `success`.
+    pub multi: Option<MultiStatus>,
+}
+
+/// The per-function status of a multi-function job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MultiStatus {
+    /// `{fun: retcode}` (a list with `multifunc_ordered`); a function that raised has no
+    /// entry (`None` in the list), as in Salt.
+    pub retcode: Value,
+    /// `{fun: success}` (a list with `multifunc_ordered`).
+    pub success: Value,
+}
+
+impl JobReturn {
+    /// The `retcode` field of the return load.
+    pub fn retcode_value(&self) -> Value {
+        match &self.multi {
+            Some(multi) => multi.retcode.clone(),
+            None => Value::from(self.retcode),
+        }
+    }
+
+    /// The `success` field of the return load.
+    pub fn success_value(&self) -> Value {
+        match &self.multi {
+            Some(multi) => multi.success.clone(),
+            None => Value::Boolean(self.success),
+        }
+    }
+}

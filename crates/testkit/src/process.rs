@@ -321,10 +321,16 @@ fn create_unique(dir: &Path, name: &str, ext: &str) -> (PathBuf, File) {
 }
 
 /// A child leading its own process group, and every process seen in its tree.
+///
+/// A watchdog (`/bin/sh`, in a process group of its own) kills the group with SIGKILL when
+/// this test process dies without dropping the `Group`: it blocks reading a pipe whose only
+/// write end is held here, so any death of the test process (a nextest timeout kills the
+/// test's process group, which the daemons left) gives it end-of-file.
 struct Group {
     child: Child,
     pgid: i32,
     status: Option<ExitStatus>,
+    watchdog: Option<(Child, std::io::PipeWriter)>,
     /// Processes seen in the tree, by pid with start time (a recycled pid has another), so
     /// a descendant that left the group and was orphaned is still found once seen.
     seen: RefCell<HashMap<i32, u64>>,
@@ -338,13 +344,16 @@ impl Group {
             .process_group(0);
         let child = cmd.spawn()?;
         let pgid = i32::try_from(child.id()).map_err(std::io::Error::other)?;
-        let group = Group {
+        let mut group = Group {
             child,
             pgid,
             status: None,
+            watchdog: None,
             seen: RefCell::new(HashMap::new()),
         };
         group.track();
+        // If the watchdog cannot start, drop kills the child again.
+        group.watchdog = Some(spawn_watchdog(pgid)?);
         Ok(group)
     }
 
@@ -436,11 +445,32 @@ impl Group {
         self.reap()
     }
 
+    /// Reaps the leader, which must be dead with its whole tree. The watchdog goes first:
+    /// until the leader is reaped its pid cannot be reused, so the watchdog can never hit
+    /// another process group.
     fn reap(&mut self) -> std::io::Result<ExitStatus> {
+        if let Some((mut watchdog, _write_end)) = self.watchdog.take() {
+            watchdog.kill()?;
+            watchdog.wait()?;
+        }
         let status = self.child.wait()?;
         self.status = Some(status);
         Ok(status)
     }
+}
+
+/// Starts the watchdog of process group `pgid` (see [`Group`]).
+fn spawn_watchdog(pgid: i32) -> std::io::Result<(Child, std::io::PipeWriter)> {
+    let (read_end, write_end) = std::io::pipe()?;
+    let watchdog = Command::new("/bin/sh")
+        .arg("-c")
+        .arg(format!("read _; kill -KILL -{pgid}"))
+        .stdin(read_end)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()?;
+    Ok((watchdog, write_end))
 }
 
 fn send_signal(pid: i32, sig: libc::c_int) {
@@ -609,6 +639,27 @@ mod tests {
         for s in pids {
             assert!(read_stat(s.pid).is_none_or(|now| now.is_dead() || now.start != s.start));
         }
+    }
+
+    #[test]
+    fn watchdog_kills_the_group_when_the_test_process_dies() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "echo up; sleep 600"]);
+        let mut proc = Proc::spawn(cmd, dir.path(), "orphan");
+        wait_for_log(proc.stdout_path(), "up", Duration::from_secs(30));
+        let before = proc.group.track();
+        // Closing the write end is what the kernel does when this process dies.
+        let (mut watchdog, write_end) = proc.group.watchdog.take().unwrap();
+        drop(write_end);
+        assert!(watchdog.wait().unwrap().success());
+        // SIGKILL is delivered asynchronously: the processes die shortly after.
+        for s in before {
+            let gone = || read_stat(s.pid).is_none_or(|n| n.is_dead() || n.start != s.start);
+            assert!(wait_until(Duration::from_secs(30), gone), "{s:?} survived");
+        }
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(proc.stop().signal(), Some(libc::SIGKILL));
     }
 
     #[test]
