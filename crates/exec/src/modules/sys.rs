@@ -1,0 +1,230 @@
+//! `salt/modules/sysmod.py` (`sys`): what the minion offers, and the docs.
+
+use rmpv::Value;
+
+use crate::error::ExecError;
+use crate::pyval::py_type;
+use crate::registry::{Export, Invocation, Registry};
+
+pub(crate) const EXPORTS: &[Export] = &[
+    ("sys.argspec", argspec, None),
+    ("sys.doc", doc, None),
+    ("sys.list_functions", list_functions, None),
+    ("sys.list_modules", list_modules, None),
+    ("sys.reload_modules", reload_modules, None),
+];
+
+/// A module/function name argument, with the TypeError Python raises when code like
+/// `"*" in module` or `module + "."` meets something else.
+fn name_arg(v: &Value) -> Result<String, ExecError> {
+    match v {
+        Value::String(_) => Ok(crate::pyval::py_str(v)),
+        Value::Array(_) => Err(ExecError::TypeError(
+            "can only concatenate list (not \"str\") to list".to_owned(),
+        )),
+        Value::Map(_) => Err(ExecError::TypeError(
+            "unsupported operand type(s) for +: 'dict' and 'str'".to_owned(),
+        )),
+        other => Err(ExecError::TypeError(format!(
+            "argument of type '{}' is not iterable",
+            py_type(other)
+        ))),
+    }
+}
+
+fn names_arg(args: &[Value]) -> Result<Vec<String>, ExecError> {
+    args.iter().map(name_arg).collect()
+}
+
+/// `salt.utils.doc.strip_rst` on one docstring.
+pub(crate) fn strip_rst(doc: &str) -> String {
+    let mut out = String::with_capacity(doc.len());
+    let mut rest = doc;
+    while let Some(pos) = rest.find(".. code-block:: ") {
+        let after = &rest[pos + ".. code-block:: ".len()..];
+        let word = after.find(char::is_whitespace).unwrap_or(after.len());
+        if word == 0 || !after[word..].starts_with('\n') {
+            out.push_str(&rest[..pos + 1]);
+            rest = &rest[pos + 1..];
+            continue;
+        }
+        let start = rest[..pos].trim_end_matches(' ').len();
+        out.push_str(&rest[..start]);
+        let mut tail = &after[word..];
+        for _ in 0..2 {
+            match tail.strip_prefix('\n') {
+                Some(t) => tail = t,
+                None => break,
+            }
+        }
+        rest = tail;
+    }
+    out.push_str(rest);
+    out.replace(".. note::", "Note:")
+        .replace(".. warning::", "Warning:")
+        .replace(".. versionadded::", "New in version")
+        .replace(".. versionchanged::", "Changed in version")
+}
+
+/// `sys.doc(*names)` over the registry: `{fun: stripped docstring}`.
+pub(crate) fn docs_for(registry: &Registry, names: &[String]) -> Value {
+    let all = registry.names();
+    let selected: Vec<&String> = if names.is_empty() {
+        all.iter().collect()
+    } else {
+        let mut picked: Vec<&String> = Vec::new();
+        for module in names {
+            for fun in &all {
+                let hit = if module.contains('*') {
+                    halite_target::fnmatch::fnmatch(fun, module)
+                } else if module.is_empty() {
+                    true
+                } else {
+                    let target = if module.ends_with('.') {
+                        module.clone()
+                    } else {
+                        format!("{module}.")
+                    };
+                    fun == module || fun.starts_with(&target)
+                };
+                if hit && !picked.contains(&fun) {
+                    picked.push(fun);
+                }
+            }
+        }
+        picked
+    };
+    Value::Map(
+        selected
+            .into_iter()
+            .map(|fun| {
+                let doc = registry
+                    .doc(fun)
+                    .map_or(Value::Nil, |d| Value::from(strip_rst(d)));
+                (Value::from(fun.as_str()), doc)
+            })
+            .collect(),
+    )
+}
+
+fn doc(inv: &mut Invocation<'_>) -> Result<Value, ExecError> {
+    let names = names_arg(&inv.call.varargs)?;
+    Ok(docs_for(inv.registry, &names))
+}
+
+fn list_functions(inv: &mut Invocation<'_>) -> Result<Value, ExecError> {
+    let names = names_arg(&inv.call.varargs)?;
+    let all = inv.registry.names();
+    let mut picked: Vec<String> = if names.is_empty() {
+        all
+    } else {
+        all.into_iter()
+            .filter(|fun| {
+                names.iter().any(|module| {
+                    if module.contains('*') || module.contains('.') {
+                        halite_target::fnmatch::fnmatch(fun, module)
+                    } else {
+                        fun.starts_with(&format!("{module}."))
+                    }
+                })
+            })
+            .collect()
+    };
+    picked.sort();
+    Ok(Value::Array(picked.into_iter().map(Value::from).collect()))
+}
+
+fn list_modules(inv: &mut Invocation<'_>) -> Result<Value, ExecError> {
+    let names = names_arg(&inv.call.varargs)?;
+    let mut modules: Vec<String> = Vec::new();
+    for fun in inv.registry.names() {
+        let module = fun.split('.').next().unwrap_or_default().to_owned();
+        let hit = names.is_empty()
+            || names.iter().any(|pattern| {
+                if pattern.contains('*') {
+                    halite_target::fnmatch::fnmatch(&fun, pattern)
+                } else {
+                    module == *pattern
+                }
+            });
+        if hit && !modules.contains(&module) {
+            modules.push(module);
+        }
+    }
+    modules.sort();
+    Ok(Value::Array(modules.into_iter().map(Value::from).collect()))
+}
+
+fn reload_modules(_: &mut Invocation<'_>) -> Result<Value, ExecError> {
+    Ok(Value::Boolean(true))
+}
+
+/// `salt.utils.args.argspec_report`.
+fn argspec(inv: &mut Invocation<'_>) -> Result<Value, ExecError> {
+    let module = name_arg(inv.arg("module"))?;
+    let glob = module.contains('*') || module.contains('.');
+    let prefix = format!("{module}.");
+    let mut out = Vec::new();
+    for spec in inv.registry.specs() {
+        let hit = if glob {
+            halite_target::fnmatch::fnmatch(spec.name, &module)
+        } else {
+            spec.name.starts_with(&prefix)
+        };
+        if !hit {
+            continue;
+        }
+        let args: Vec<Value> = spec.params.iter().map(|p| Value::from(p.name)).collect();
+        let defaults: Vec<Value> = spec
+            .params
+            .iter()
+            .filter_map(|p| p.default.map(|d| d.value()))
+            .collect();
+        let or_none = |items: Vec<Value>| {
+            if items.is_empty() {
+                Value::Nil
+            } else {
+                Value::Array(items)
+            }
+        };
+        let flag = |b: bool| if b { Value::Boolean(true) } else { Value::Nil };
+        out.push((
+            Value::from(spec.name),
+            Value::Map(vec![
+                (Value::from("args"), or_none(args)),
+                (Value::from("defaults"), or_none(defaults)),
+                (Value::from("varargs"), flag(spec.varargs)),
+                (Value::from("kwargs"), flag(spec.kwargs)),
+            ]),
+        ));
+    }
+    Ok(Value::Map(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strip_rst_drops_code_blocks_and_renames_directives() {
+        let doc = "\n    Intro\n\n    .. code-block:: bash\n\n        salt '*' x\n    .. versionadded:: 1\n    .. note::\n";
+        assert_eq!(
+            strip_rst(doc),
+            "\n    Intro\n\n        salt '*' x\n    New in version 1\n    Note:\n"
+        );
+        assert_eq!(strip_rst("a .. code-block:: \nb"), "a .. code-block:: \nb");
+    }
+
+    #[test]
+    fn doc_prefix_does_not_match_longer_module_names() {
+        let registry = Registry::builtin();
+        let docs = docs_for(&registry, &["sys".to_owned()]);
+        let Value::Map(entries) = docs else {
+            panic!("docs are a map")
+        };
+        assert!(entries
+            .iter()
+            .all(|(k, _)| crate::pyval::py_str(k).starts_with("sys.")));
+        assert!(!entries.is_empty());
+    }
+}
