@@ -28,6 +28,11 @@ pub fn salt_venv() -> PathBuf {
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
         .unwrap_or_else(|| repo_root().join(".salt-venv"));
+    checked_venv(venv)
+}
+
+/// `venv` if it holds `bin/salt-master`; panics with the set-up hint otherwise.
+fn checked_venv(venv: PathBuf) -> PathBuf {
     if !venv.join("bin").join("salt-master").is_file() {
         panic!(
             "stock Salt venv missing at {}: run .ci/run (or `python3 -m venv .salt-venv && \
@@ -88,6 +93,18 @@ mod tests {
     fn repo_root_holds_the_workspace_manifest() {
         let manifest = std::fs::read_to_string(repo_root().join("Cargo.toml")).unwrap();
         assert!(manifest.contains("[workspace]"));
+    }
+
+    #[test]
+    fn missing_venv_panics_with_setup_hint() {
+        let err = std::panic::catch_unwind(|| checked_venv(PathBuf::from("/nonexistent/venv")))
+            .unwrap_err();
+        let msg = err.downcast_ref::<String>().unwrap();
+        assert!(
+            msg.contains("stock Salt venv missing at /nonexistent/venv"),
+            "{msg}"
+        );
+        assert!(msg.contains("pip install salt==3008.3"), "{msg}");
     }
 
     #[test]
