@@ -131,10 +131,13 @@ def stop(p):
             pass
 
 
-def ping(cli, mdir, n, timeout=30):
+def ping(cli, mdir, n, wait=20):
     t0 = time.monotonic()
-    out = subprocess.run(cli + ["-c", mdir, "*", "test.ping", "--out", "json", "-t", "20"],
-                         capture_output=True, timeout=timeout)
+    try:
+        out = subprocess.run(cli + ["-c", mdir, "*", "test.ping", "--out", "json", "-t", str(wait)],
+                             capture_output=True, timeout=wait + 60)
+    except subprocess.TimeoutExpired:
+        return time.monotonic() - t0, False
     dt = time.monotonic() - t0
     got = {}
     for doc in out.stdout.decode().replace("}\n{", "}\x00{").split("\x00"):
@@ -160,7 +163,7 @@ def phase(kind, n, runs):
     stock_cli = [f"{VENV}/bin/salt"]
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
-        if ping(halite_cli if kind == "halite" else stock_cli, mdir, n)[1]:
+        if ping(halite_cli if kind == "halite" else stock_cli, mdir, n, wait=5)[1]:
             break
         time.sleep(1)
     else:

@@ -1,0 +1,360 @@
+//! Signing in to the master (`salt/crypt.py:AsyncAuth`): the `_auth` exchange with Salt's
+//! retry and wait rules and log wording, the pinned master key, and the current session
+//! keys shared by everything that talks to the master.
+//!
+//! Sign-ins are serialised: when several threads find the session stale at once (a job
+//! return answered "bad load" while the publish loop saw a key rotation), the first signs
+//! in and the others take its result, recognised by the session [`Session::generation`].
+
+use crate::keys::MinionKeys;
+use crate::settings::Settings;
+use crate::shutdown::Shutdown;
+use crate::transport::ReqSocket;
+use crate::Error;
+use halite_proto::crypticle::Crypticle;
+use halite_proto::minion::{self as proto, AuthError, AuthOutcome, SignIn, SignInState};
+use halite_proto::rsa::PublicKey;
+use halite_proto::{value, Value};
+use std::path::Path;
+use std::sync::{Arc, Mutex, RwLock};
+
+/// The keys of one successful sign-in.
+pub struct Session {
+    /// The publish AES key.
+    pub aes: Crypticle,
+    /// The per-minion request key.
+    pub session: Crypticle,
+    /// The publish port the master announced.
+    pub publish_port: u16,
+    /// The master's public key (pinned in `minion_master.pub`).
+    pub master: PublicKey,
+    /// Increases with every sign-in of this process.
+    pub generation: u64,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("publish_port", &self.publish_port)
+            .field("generation", &self.generation)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What one `_auth` exchange came to.
+enum Attempt {
+    Accepted(Session),
+    /// Pending key or timed-out request: wait and sign in again.
+    Retry,
+}
+
+/// The minion's authentication state toward one master.
+pub struct Auth {
+    settings: Arc<Settings>,
+    keys: Arc<MinionKeys>,
+    ctx: zmq::Context,
+    master_uri: String,
+    autosign_grains: Option<Value>,
+    caller: bool,
+    stop: Arc<Shutdown>,
+    signing_in: Mutex<u64>,
+    current: RwLock<Option<Arc<Session>>>,
+}
+
+impl Auth {
+    /// Authentication toward `master_uri` (`tcp://master:ret_port`). `caller` is true for
+    /// `halite-call`, which gives up at once on a pending key as `salt-call` does. The
+    /// `autosign_grains` named in the settings are taken from `grains`.
+    pub fn new(
+        settings: Arc<Settings>,
+        keys: Arc<MinionKeys>,
+        ctx: &zmq::Context,
+        master_uri: String,
+        grains: &Value,
+        caller: bool,
+        stop: Arc<Shutdown>,
+    ) -> Auth {
+        let autosign_grains = (!settings.autosign_grains.is_empty()).then(|| {
+            Value::Map(
+                settings
+                    .autosign_grains
+                    .iter()
+                    .filter_map(|g| {
+                        value::get(grains, g).map(|v| (value::s(g.as_str()), v.clone()))
+                    })
+                    .collect(),
+            )
+        });
+        Auth {
+            settings,
+            keys,
+            ctx: ctx.clone(),
+            master_uri,
+            autosign_grains,
+            caller,
+            stop,
+            signing_in: Mutex::new(0),
+            current: RwLock::new(None),
+        }
+    }
+
+    /// The master URI requests go to.
+    pub fn master_uri(&self) -> &str {
+        &self.master_uri
+    }
+
+    /// The settings this authentication runs with.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// The minion's keys.
+    pub fn keys(&self) -> &MinionKeys {
+        &self.keys
+    }
+
+    /// The current session, if signed in.
+    pub fn current(&self) -> Option<Arc<Session>> {
+        self.current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// The current session, signing in first if there is none.
+    pub fn session(&self) -> Result<Arc<Session>, Error> {
+        match self.current() {
+            Some(s) => Ok(s),
+            None => self.reauthenticate(0),
+        }
+    }
+
+    /// Signs in again because the session of `generation` stopped working — unless another
+    /// thread already did so since, in which case its session is returned.
+    pub fn reauthenticate(&self, generation: u64) -> Result<Arc<Session>, Error> {
+        let mut last = self.signing_in.lock().unwrap_or_else(|e| e.into_inner());
+        if *last != generation {
+            if let Some(s) = self.current() {
+                return Ok(s);
+            }
+        }
+        let mut session = self.authenticate()?;
+        *last += 1;
+        session.generation = *last;
+        let session = Arc::new(session);
+        *self.current.write().unwrap_or_else(|e| e.into_inner()) = Some(session.clone());
+        Ok(session)
+    }
+
+    /// `AsyncAuth._authenticate`: signs in until accepted. A pending key or a timed-out
+    /// request waits `acceptance_wait_time` (doubling up to `acceptance_wait_time_max`) and
+    /// tries again, without limit unless `auth_retries` is set.
+    fn authenticate(&self) -> Result<Session, Error> {
+        let base = self.settings.acceptance_wait_time;
+        let max = if self.settings.acceptance_wait_time_max.is_zero() {
+            base
+        } else {
+            self.settings.acceptance_wait_time_max
+        };
+        let mut wait = base;
+        let mut attempts = 0u32;
+        loop {
+            if self.stop.is_stopped() {
+                return Err(Error::Stopped);
+            }
+            attempts += 1;
+            match self.sign_in()? {
+                Attempt::Accepted(session) => return Ok(session),
+                Attempt::Retry => {
+                    let retries = self.settings.auth_retries;
+                    if retries > 0 && attempts >= retries {
+                        return Err(Error::Auth(format!(
+                            "Failed to authenticate with the master after {attempts} attempts"
+                        )));
+                    }
+                    if self.caller {
+                        return Err(Error::Pending);
+                    }
+                    if !wait.is_zero() {
+                        tracing::info!("Waiting {} seconds before retry.", secs(wait));
+                        if self.stop.sleep(wait) {
+                            return Err(Error::Stopped);
+                        }
+                    }
+                    if wait < max {
+                        wait += base;
+                        tracing::debug!("Authentication wait time is {}", secs(wait));
+                    }
+                }
+            }
+        }
+    }
+
+    /// One `_auth` exchange (`AsyncAuth.sign_in` + `handle_signin_response`).
+    fn sign_in(&self) -> Result<Attempt, Error> {
+        let pinned = self.keys.pinned_master()?;
+        let pinned_key = match &pinned {
+            Some(text) => Some(PublicKey::from_pem(text.as_bytes()).map_err(|e| {
+                Error::Keys(format!("{}: {e}", self.keys.master_pub_path().display()))
+            })?),
+            None => None,
+        };
+        let token = pinned.as_ref().map(|_| proto::new_token());
+        let nonce = proto::new_nonce();
+        let s = &self.settings;
+        let body = proto::auth_request(&SignIn {
+            id: &s.id,
+            pub_clean: &self.keys.pub_clean,
+            nonce: &nonce,
+            enc_algo: s.enc_algo,
+            sig_algo: s.sig_algo,
+            autosign_grains: self.autosign_grains.as_ref(),
+            token: pinned_key.as_ref().zip(token.as_deref()),
+        })
+        .map_err(|e| Error::Auth(e.to_string()))?;
+        let body = value::encode(&body);
+
+        let mut req = ReqSocket::new(&self.ctx, self.master_uri.clone(), s);
+        let mut reply = None;
+        for _ in 0..s.auth_tries.max(1) {
+            match req.request(&body, s.auth_timeout) {
+                Ok(r) => {
+                    reply = Some(r);
+                    break;
+                }
+                Err(Error::Timeout(_)) if !self.stop.is_stopped() => continue,
+                Err(e) => return Err(e),
+            }
+        }
+        let Some(reply) = reply else {
+            if self.stop.is_stopped() {
+                return Err(Error::Stopped);
+            }
+            if s.auth_safemode {
+                return Err(Error::Auth(
+                    "Attempt to authenticate with the salt master failed with timeout error".into(),
+                ));
+            }
+            tracing::warn!("SaltReqTimeoutError: Message timed out");
+            return Ok(Attempt::Retry);
+        };
+        let reply = match value::decode(&reply) {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::error!("Sign-in attempt failed: undecodable reply ({e})");
+                return Err(Error::Auth(
+                    "Attempt to authenticate with the salt master failed".into(),
+                ));
+            }
+        };
+        let state = SignInState {
+            key: &self.keys.key,
+            nonce: &nonce,
+            pinned: pinned.as_deref(),
+            token: token.as_deref(),
+            enc_algo: s.enc_algo,
+            sig_algo: s.sig_algo,
+        };
+        match proto::open_auth_reply(&reply, &state) {
+            Ok(AuthOutcome::Accepted(creds)) => {
+                if creds.pin {
+                    self.keys.pin_master(&creds.master_pub)?;
+                }
+                let bad = |e: halite_proto::Error| Error::Auth(e.to_string());
+                let session = Session {
+                    aes: Crypticle::new(&creds.aes).map_err(bad)?,
+                    session: Crypticle::new(&creds.session).map_err(bad)?,
+                    publish_port: creds.publish_port,
+                    master: PublicKey::from_pem(creds.master_pub.as_bytes()).map_err(bad)?,
+                    generation: 0,
+                };
+                tracing::debug!("Got new master aes key.");
+                Ok(Attempt::Accepted(session))
+            }
+            Ok(AuthOutcome::Pending) => {
+                tracing::error!(
+                    "The Salt Master has cached the public key for this node, this salt minion will wait for {} seconds before attempting to re-authenticate",
+                    secs(s.acceptance_wait_time)
+                );
+                Ok(Attempt::Retry)
+            }
+            Ok(AuthOutcome::Rejected) if s.rejected_retry => {
+                tracing::error!(
+                    "The Salt Master has rejected this minion's public key.\nTo repair this issue, delete the public key for this minion on the Salt Master.\nThe Salt Minion will attempt to re-authenticate."
+                );
+                Ok(Attempt::Retry)
+            }
+            Ok(AuthOutcome::Rejected) => {
+                tracing::error!(
+                    "CRITICAL The Salt Master has rejected this minion's public key!\nTo repair this issue, delete the public key for this minion on the Salt Master and restart this minion.\nOr restart the Salt Master in open mode to clean out the keys. The Salt Minion will now exit."
+                );
+                Err(Error::Rejected)
+            }
+            Ok(AuthOutcome::Full) => Err(Error::Auth(
+                "Attempt to authenticate with the salt master failed: the master is full".into(),
+            )),
+            Ok(AuthOutcome::BadEncAlgo) => {
+                tracing::error!("This minion is using a encryption algorithm that is not supported by it's Master. Please check your minion configutation.");
+                Err(Error::Auth(
+                    "Attempt to authenticate with the salt master failed".into(),
+                ))
+            }
+            Ok(AuthOutcome::BadSigAlgo) => {
+                tracing::error!("This minion is using a signing algorithm that is not supported by it's Master. Please check your minion configutation.");
+                Err(Error::Auth(
+                    "Attempt to authenticate with the salt master failed".into(),
+                ))
+            }
+            Err(e) => Err(self.refused(e)),
+        }
+    }
+
+    /// Logs a refused reply with Salt's wording and turns it into the error Salt raises.
+    fn refused(&self, e: AuthError) -> Error {
+        match e {
+            AuthError::MasterKeyChanged
+            | AuthError::BadToken
+            | AuthError::BadAesSig
+            | AuthError::UnexpectedPubSig => {
+                tracing::error!("{e}");
+                critical_master_key(&self.keys.master_pub_path());
+                Error::Auth("Invalid master key".into())
+            }
+            AuthError::BadSignature => {
+                tracing::error!("CRITICAL The payload signature did not validate.");
+                Error::Auth("Invalid signature".into())
+            }
+            AuthError::BadNonce => {
+                tracing::error!("CRITICAL The payload nonce did not validate.");
+                Error::Auth("Invalid nonce".into())
+            }
+            AuthError::NotSigned(what) => {
+                tracing::error!("Sign-in attempt failed: {what}");
+                Error::Auth("Attempt to authenticate with the salt master failed".into())
+            }
+            AuthError::Malformed(err) => {
+                tracing::error!("Sign-in attempt failed: {err}");
+                Error::Auth("Attempt to authenticate with the salt master failed".into())
+            }
+        }
+    }
+}
+
+/// Salt's CRITICAL message when the master's key does not match the pinned one.
+fn critical_master_key(path: &Path) {
+    tracing::error!(
+        "CRITICAL The Salt Master server's public key did not authenticate!\nThe master may need to be updated if it is a version of Salt lower than {}, or\nIf you are confident that you are connecting to a valid Salt Master, then remove the master public key and restart the Salt Minion.\nThe master public key can be found at:\n{}",
+        crate::SALT_VERSION,
+        path.display()
+    );
+}
+
+/// Seconds as Salt prints its float options (`10`, `0.5`).
+pub(crate) fn secs(d: std::time::Duration) -> String {
+    let s = d.as_secs_f64();
+    if s.fract() == 0.0 {
+        format!("{}", s as u64)
+    } else {
+        format!("{s}")
+    }
+}

@@ -1,0 +1,310 @@
+//! The minion options the daemon and `halite-call` act on, read once from a loaded
+//! [`MinionConfig`] with Salt's defaults, and checked.
+//!
+//! `halite-config` checks the options behind its typed fields; the others the minion uses
+//! (return timers, replay window, publish signatures...) are checked here with the same
+//! strictness: a value of the wrong type stops the minion with an error naming the option,
+//! its file and what it accepts, where Salt would log a warning and fail later.
+
+use crate::Error;
+use halite_config::MinionConfig;
+use halite_proto::rsa::{EncAlgo, SigAlgo};
+use halite_proto::Value;
+use std::time::Duration;
+
+/// Settings derived from the minion configuration.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// `id`.
+    pub id: String,
+    /// The first address of `master` (`host`, `host:port` or `[v6]:port`).
+    pub master: String,
+    /// `master_port` (used when `master` carries no port).
+    pub master_port: u16,
+    /// `publish_port`, when configured to something other than the master's answer.
+    pub publish_port: Option<u16>,
+    /// `ipv6`.
+    pub ipv6: Option<bool>,
+    /// `encryption_algorithm`.
+    pub enc_algo: EncAlgo,
+    /// `signing_algorithm`.
+    pub sig_algo: SigAlgo,
+    /// `acceptance_wait_time`.
+    pub acceptance_wait_time: Duration,
+    /// `acceptance_wait_time_max` (0: no growth).
+    pub acceptance_wait_time_max: Duration,
+    /// `auth_tries`: sends of one `_auth` request before it counts as timed out.
+    pub auth_tries: u32,
+    /// `auth_timeout`: wait for one `_auth` reply.
+    pub auth_timeout: Duration,
+    /// `auth_retries`: sign-ins before giving up (0: forever).
+    pub auth_retries: u32,
+    /// `auth_safemode`: a sign-in timeout is an error instead of a retry.
+    pub auth_safemode: bool,
+    /// `rejected_retry`: keep retrying instead of exiting when the key is rejected.
+    pub rejected_retry: bool,
+    /// `sign_pub_messages`: require and verify the master's publish signatures.
+    pub sign_pub_messages: bool,
+    /// `request_channel_timeout`.
+    pub request_timeout: Duration,
+    /// `request_channel_tries`.
+    pub request_tries: u32,
+    /// `return_retry_timer`.
+    pub return_retry_timer: u64,
+    /// `return_retry_timer_max`.
+    pub return_retry_timer_max: u64,
+    /// `return_retry_tries`.
+    pub return_retry_tries: u32,
+    /// `pub_ret`: send job returns to the master.
+    pub pub_ret: bool,
+    /// `minion_jid_queue_hwm`: how many recent jids are remembered to drop duplicates.
+    pub jid_queue_hwm: usize,
+    /// `enable_legacy_startup_events`: also fire `minion_start`.
+    pub legacy_startup_events: bool,
+    /// `zmq_monitor`: treat a publish-socket disconnect as "master lost".
+    pub zmq_monitor: bool,
+    /// `recon_default` in milliseconds.
+    pub recon_default: i32,
+    /// `recon_max` in milliseconds.
+    pub recon_max: i32,
+    /// `recon_randomize`.
+    pub recon_randomize: bool,
+    /// `tcp_keepalive`, `tcp_keepalive_idle`, `tcp_keepalive_cnt`, `tcp_keepalive_intvl`.
+    pub tcp_keepalive: (bool, i32, i32, i32),
+    /// `retry_dns` (0: fall back to 127.0.0.1 at once).
+    pub retry_dns: Duration,
+    /// `saltenv` (sent with `_pillar`).
+    pub saltenv: Value,
+    /// `pillarenv` (sent with `_pillar`).
+    pub pillarenv: Value,
+    /// `autosign_grains` names, sent with `_auth` when set.
+    pub autosign_grains: Vec<String>,
+    /// `resources` (sent with `_register_resources`; Halite manages none itself).
+    pub resources: Value,
+}
+
+/// Reads typed options out of the raw configuration, naming the option on error.
+struct Opts<'a>(&'a MinionConfig);
+
+impl Opts<'_> {
+    fn invalid(&self, option: &str, expected: &str, got: &Value) -> Error {
+        Error::Config(halite_config::ConfigError::InvalidValue {
+            option: option.to_owned(),
+            origin: self.0.origin(option),
+            expected: expected.to_owned(),
+            got: got.to_string(),
+        })
+    }
+
+    fn get(&self, option: &str) -> &Value {
+        const NIL: &Value = &Value::Nil;
+        self.0.get(option).unwrap_or(NIL)
+    }
+
+    fn boolean(&self, option: &str, default: bool) -> Result<bool, Error> {
+        match self.get(option) {
+            Value::Nil => Ok(default),
+            Value::Boolean(b) => Ok(*b),
+            other => Err(self.invalid(option, "true or false", other)),
+        }
+    }
+
+    fn int(&self, option: &str, default: i64, min: i64, max: i64) -> Result<i64, Error> {
+        let v = self.get(option);
+        let n = match v {
+            Value::Nil => return Ok(default),
+            Value::Integer(i) => i.as_i64(),
+            _ => None,
+        };
+        n.filter(|n| (min..=max).contains(n))
+            .ok_or_else(|| self.invalid(option, &format!("an integer from {min} to {max}"), v))
+    }
+
+    fn seconds(&self, option: &str, default: f64) -> Result<Duration, Error> {
+        let v = self.get(option);
+        let n = match v {
+            Value::Nil => Some(default),
+            Value::Integer(i) => i.as_i64().map(|i| i as f64),
+            Value::F64(f) => Some(*f),
+            Value::F32(f) => Some(f64::from(*f)),
+            _ => None,
+        };
+        n.filter(|n| n.is_finite() && *n >= 0.0 && *n < 1e9)
+            .map(Duration::from_secs_f64)
+            .ok_or_else(|| self.invalid(option, "a non-negative number of seconds", v))
+    }
+}
+
+impl Settings {
+    /// Reads and checks the settings of `cfg`.
+    pub fn from_config(cfg: &MinionConfig) -> Result<Settings, Error> {
+        let o = Opts(cfg);
+        let master = cfg
+            .master
+            .addresses()
+            .first()
+            .map(|m| (*m).to_owned())
+            .unwrap_or_default();
+        let enc_algo = EncAlgo::parse(cfg.encryption_algorithm.as_str()).map_err(|_| {
+            o.invalid(
+                "encryption_algorithm",
+                "OAEP-SHA1 or OAEP-SHA224",
+                o.get("encryption_algorithm"),
+            )
+        })?;
+        let sig_algo = SigAlgo::parse(cfg.signing_algorithm.as_str()).map_err(|_| {
+            o.invalid(
+                "signing_algorithm",
+                "PKCS1v15-SHA1 or PKCS1v15-SHA224",
+                o.get("signing_algorithm"),
+            )
+        })?;
+        let autosign_grains = match o.get("autosign_grains") {
+            Value::Nil => Vec::new(),
+            Value::Array(items) => items
+                .iter()
+                .map(|i| {
+                    i.as_str()
+                        .map(str::to_owned)
+                        .ok_or_else(|| o.invalid("autosign_grains", "a list of grain names", i))
+                })
+                .collect::<Result<_, _>>()?,
+            other => return Err(o.invalid("autosign_grains", "a list of grain names", other)),
+        };
+        let env = |name: &str| -> Result<Value, Error> {
+            match o.get(name) {
+                v @ (Value::Nil | Value::String(_)) => Ok(v.clone()),
+                other => Err(o.invalid(name, "an environment name", other)),
+            }
+        };
+        let resources = match o.get("resources") {
+            Value::Nil => Value::Map(Vec::new()),
+            v @ Value::Map(_) => v.clone(),
+            other => return Err(o.invalid("resources", "a mapping", other)),
+        };
+        let i32_opt = |name: &str, default: i64| -> Result<i32, Error> {
+            Ok(o.int(name, default, i64::from(i32::MIN), i64::from(i32::MAX))? as i32)
+        };
+        let return_retry_timer = o.int("return_retry_timer", 5, 0, 86_400)? as u64;
+        let return_retry_timer_max = o.int("return_retry_timer_max", 10, 0, 86_400)? as u64;
+        Ok(Settings {
+            id: cfg.id.clone(),
+            master,
+            master_port: cfg.master_port,
+            publish_port: cfg.publish_port,
+            ipv6: cfg.ipv6,
+            enc_algo,
+            sig_algo,
+            acceptance_wait_time: Duration::from_secs_f64(cfg.acceptance_wait_time.max(0.0)),
+            acceptance_wait_time_max: Duration::from_secs_f64(
+                cfg.acceptance_wait_time_max.max(0.0),
+            ),
+            auth_tries: cfg.auth_tries.max(1),
+            auth_timeout: Duration::from_secs(cfg.auth_timeout.max(1)),
+            auth_retries: o.int("auth_retries", 0, 0, i64::from(u32::MAX))? as u32,
+            auth_safemode: o.boolean("auth_safemode", false)?,
+            rejected_retry: o.boolean("rejected_retry", false)?,
+            sign_pub_messages: o.boolean("sign_pub_messages", false)?,
+            request_timeout: o.seconds("request_channel_timeout", 60.0)?,
+            request_tries: o.int("request_channel_tries", 3, 1, 1000)? as u32,
+            return_retry_timer,
+            return_retry_timer_max,
+            return_retry_tries: o.int("return_retry_tries", 3, 1, 1000)? as u32,
+            pub_ret: o.boolean("pub_ret", true)?,
+            jid_queue_hwm: o.int("minion_jid_queue_hwm", 100, 1, 1_000_000)? as usize,
+            legacy_startup_events: o.boolean("enable_legacy_startup_events", true)?,
+            zmq_monitor: o.boolean("zmq_monitor", true)?,
+            recon_default: i32_opt("recon_default", 1000)?,
+            recon_max: i32_opt("recon_max", 10_000)?,
+            recon_randomize: o.boolean("recon_randomize", true)?,
+            tcp_keepalive: (
+                o.boolean("tcp_keepalive", true)?,
+                i32_opt("tcp_keepalive_idle", 300)?,
+                i32_opt("tcp_keepalive_cnt", -1)?,
+                i32_opt("tcp_keepalive_intvl", -1)?,
+            ),
+            retry_dns: o.seconds("retry_dns", 30.0)?,
+            saltenv: env("saltenv")?,
+            pillarenv: env("pillarenv")?,
+            autosign_grains,
+            resources,
+        })
+    }
+
+    /// The per-try timeout of a job return: `return_retry_timer_max` when set, else
+    /// `return_retry_timer`, times the number of tries (Salt's `_return_pub` budget).
+    pub fn return_timeout(&self) -> Duration {
+        let per_try = if self.return_retry_timer_max > 0 {
+            self.return_retry_timer_max
+        } else {
+            self.return_retry_timer
+        };
+        Duration::from_secs(per_try.max(1) * u64::from(self.return_retry_tries))
+    }
+
+    /// `_return_retry_timer()`: a random whole number of seconds between the two timers.
+    pub fn random_return_timer(&self) -> Duration {
+        let lo = self.return_retry_timer;
+        let hi = self.return_retry_timer_max.max(lo);
+        Duration::from_secs((lo + crate::random_below(hi - lo + 1)).max(1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn settings(yaml: &str) -> Result<Settings, Error> {
+        let cfg = MinionConfig::from_yaml_str(yaml, Path::new("/tmp/halite-test/minion")).unwrap();
+        Settings::from_config(&cfg)
+    }
+
+    #[test]
+    fn salt_defaults_are_used_when_nothing_is_set() {
+        let s = settings("id: m1\n").unwrap();
+        assert_eq!(s.master, "salt");
+        assert_eq!(s.master_port, 4506);
+        assert_eq!(s.acceptance_wait_time, Duration::from_secs(10));
+        assert_eq!((s.auth_tries, s.auth_timeout), (7, Duration::from_secs(5)));
+        assert_eq!(
+            (
+                s.return_retry_timer,
+                s.return_retry_timer_max,
+                s.return_retry_tries
+            ),
+            (5, 10, 3)
+        );
+        assert_eq!(s.return_timeout(), Duration::from_secs(30));
+        assert_eq!(s.jid_queue_hwm, 100);
+        assert!(!s.sign_pub_messages && s.pub_ret && s.zmq_monitor && s.legacy_startup_events);
+        assert_eq!(s.enc_algo, EncAlgo::OaepSha1);
+        assert_eq!(s.resources, Value::Map(vec![]));
+    }
+
+    #[test]
+    fn mistyped_options_name_the_option_and_file() {
+        for (yaml, option) in [
+            ("sign_pub_messages: maybe\n", "sign_pub_messages"),
+            ("return_retry_tries: 0\n", "return_retry_tries"),
+            ("minion_jid_queue_hwm: lots\n", "minion_jid_queue_hwm"),
+            ("request_channel_timeout: -1\n", "request_channel_timeout"),
+            ("resources: [a]\n", "resources"),
+        ] {
+            let err = settings(yaml).unwrap_err().to_string();
+            assert!(
+                err.contains(option) && err.contains("/tmp/halite-test/minion"),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn random_return_timer_stays_between_the_two_timers() {
+        let s = settings("return_retry_timer: 2\nreturn_retry_timer_max: 4\n").unwrap();
+        for _ in 0..50 {
+            let t = s.random_return_timer().as_secs();
+            assert!((2..=4).contains(&t), "{t}");
+        }
+    }
+}
