@@ -157,7 +157,7 @@ fn return_load(id: &str, fun: &str, words: &[String], ret: &JobReturn) -> Value 
 
 /// A signed-in channel to the master, with the pillar it sent.
 struct Remote {
-    channel: Channel,
+    channel: Arc<Channel>,
     pillar: Value,
 }
 
@@ -191,7 +191,10 @@ fn connect(cfg: &MinionConfig, grains: &Value) -> Result<Remote, halite_minion::
         ("cmd", s("_pillar")),
     ]);
     let pillar = channel.pillar(&load, settings.request_timeout, settings.request_tries)?;
-    Ok(Remote { channel, pillar })
+    Ok(Remote {
+        channel: Arc::new(channel),
+        pillar,
+    })
 }
 
 fn main() -> ExitCode {
@@ -218,6 +221,12 @@ fn main() -> ExitCode {
     if let Some(id) = &cli.id {
         cfg.id = id.clone();
         value::set(&mut cfg.raw, "id", s(id.as_str()));
+    }
+    // What `salt-call` puts in `__opts__`: functions look at them (`event.fire_master`
+    // asks the master directly from salt-call, and not at all with --local).
+    value::set(&mut cfg.raw, "__cli", s("salt-call"));
+    if cli.local {
+        value::set(&mut cfg.raw, "local", Value::Boolean(true));
     }
     let printer = Printer::new(&cli);
     let grains = halite_exec::core_grains(&cfg);
@@ -264,6 +273,9 @@ fn main() -> ExitCode {
         ])),
         jobs: Arc::new(NoJobs),
         job: JobHandle::new(),
+        master: remote
+            .as_ref()
+            .map(|r| r.channel.clone() as Arc<dyn halite_exec::MasterChannel>),
         opts: Arc::new(cfg),
     };
 

@@ -2,6 +2,8 @@
 //! port with the local user's key, prints returns from the master bus as they arrive with
 //! Salt's outputters, and exits with Salt's exit codes.
 
+mod event;
+
 use clap::Parser;
 use halite_client::local::JobEvent;
 use halite_client::{args, LocalClient, PublishRequest};
@@ -104,6 +106,10 @@ struct Cli {
 }
 
 fn main() -> ExitCode {
+    // `halite event listen|fire ...` (Halite extension, crates/cli/src/event.rs).
+    if let Some(code) = event::dispatch() {
+        return code;
+    }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {

@@ -1,5 +1,5 @@
 //! Execution modules: the functions a minion runs for a job (`test.*`, `cmd.*`,
-//! `grains.*`, `sys.*`, `saltutil.*`, `status.*`), bound and reported as Salt 3008.3's
+//! `event.*`, `grains.*`, `sys.*`, `saltutil.*`, `status.*`), bound and reported as Salt 3008.3's
 //! minion does it.
 //!
 //! # What it does
@@ -24,7 +24,9 @@
 //!
 //! * No transport, job threads, proc files or returners: the minion daemon runs
 //!   [`Registry::execute`] on a thread per job, keeps the job table behind
-//!   [`JobTable`] and sends the return.
+//!   [`JobTable`] and sends the return. `event.*` write to the running minion's bus
+//!   socket, and reach the master only through the [`MasterChannel`] the caller lends
+//!   ([`Context::master`]).
 //! * Only the functions listed by [`Registry::names`]; modules Salt loads that Halite
 //!   lacks (`state`, `pkg`, `file`, ...) are missing functions.
 //! * No Jinja templating (`cmd.run template=jinja` is refused), no `use_vt`, no
@@ -119,6 +121,18 @@ pub struct Context {
     pub jobs: Arc<dyn JobTable>,
     /// This job's cancellation handle.
     pub job: Arc<JobHandle>,
+    /// A request channel to the master, for what Salt sends there directly
+    /// (`event.fire_master` from `salt-call` or with `preload`); `None` for
+    /// `halite-call --local`.
+    pub master: Option<Arc<dyn MasterChannel>>,
+}
+
+/// An encrypted request channel to the master (Salt's `ReqChannel`), lent to functions by
+/// the minion daemon and `halite-call`.
+pub trait MasterChannel: Send + Sync {
+    /// Sends `load` as one encrypted request and returns the master's reply, or why no
+    /// usable reply came.
+    fn request(&self, load: Value) -> Result<Value, String>;
 }
 
 impl std::fmt::Debug for Context {

@@ -1509,6 +1509,114 @@ pub(crate) static SPECS: &[FunSpec] = &[
     "#),
     },
     FunSpec {
+        name: "event.fire",
+        pyname: "fire",
+        params: &[
+            Param { name: "data", default: None },
+            Param { name: "tag", default: None },
+        ],
+        varargs: false,
+        kwargs: false,
+        doc: Some(r#"
+    Fire an event on the local minion event bus. Data must be formed as a dict.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        salt '*' event.fire '{"data":"my event data"}' 'tag'
+    "#),
+    },
+    FunSpec {
+        name: "event.fire_master",
+        pyname: "fire_master",
+        params: &[
+            Param { name: "data", default: None },
+            Param { name: "tag", default: None },
+            Param { name: "preload", default: Some(ParamDefault::None) },
+        ],
+        varargs: false,
+        kwargs: false,
+        doc: Some(r#"
+    Fire an event off up to the master server
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        salt '*' event.fire_master '{"data":"my event data"}' 'tag'
+    "#),
+    },
+    FunSpec {
+        name: "event.send",
+        pyname: "send",
+        params: &[
+            Param { name: "tag", default: None },
+            Param { name: "data", default: Some(ParamDefault::None) },
+            Param { name: "preload", default: Some(ParamDefault::None) },
+            Param { name: "with_env", default: Some(ParamDefault::Bool(false)) },
+            Param { name: "with_grains", default: Some(ParamDefault::Bool(false)) },
+            Param { name: "with_pillar", default: Some(ParamDefault::Bool(false)) },
+            Param { name: "with_env_opts", default: Some(ParamDefault::Bool(false)) },
+        ],
+        varargs: false,
+        kwargs: true,
+        doc: Some(r#"
+    Send an event to the Salt Master
+
+    .. versionadded:: 2014.7.0
+
+    :param tag: A tag to give the event.
+        Use slashes to create a namespace for related events. E.g.,
+        ``myco/build/buildserver1/start``, ``myco/build/buildserver1/success``,
+        ``myco/build/buildserver1/failure``.
+
+    :param data: A dictionary of data to send in the event.
+        This is free-form. Send any data points that are needed for whoever is
+        consuming the event. Arguments on the CLI are interpreted as YAML so
+        complex data structures are possible.
+
+    :param with_env: Include environment variables from the current shell
+        environment in the event data as ``environ``.. This is a short-hand for
+        working with systems that seed the environment with relevant data such
+        as Jenkins.
+    :type with_env: Specify ``True`` to include all environment variables, or
+        specify a list of strings of variable names to include.
+
+    :param with_grains: Include grains from the current minion in the event
+        data as ``grains``.
+    :type with_grains: Specify ``True`` to include all grains, or specify a
+        list of strings of grain names to include.
+
+    :param with_pillar: Include Pillar values from the current minion in the
+        event data as ``pillar``. Remember Pillar data is often sensitive data
+        so be careful. This is useful for passing ephemeral Pillar values
+        through an event. Such as passing the ``pillar={}`` kwarg in
+        :py:func:`state.sls <salt.modules.state.sls>` from the Master, through
+        an event on the Minion, then back to the Master.
+    :type with_pillar: Specify ``True`` to include all Pillar values, or
+        specify a list of strings of Pillar keys to include. It is a
+        best-practice to only specify a relevant subset of Pillar data.
+
+    :param with_env_opts: Include ``saltenv`` and ``pillarenv`` set on minion
+        at the moment when event is send into event data.
+    :type with_env_opts: Specify ``True`` to include ``saltenv`` and
+        ``pillarenv`` values or ``False`` to omit them.
+
+    :param kwargs: Any additional keyword arguments passed to this function
+        will be interpreted as key-value pairs and included in the event data.
+        This provides a convenient alternative to YAML for simple values.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        salt-call event.send myco/mytag foo=Foo bar=Bar
+        salt-call event.send 'myco/mytag' '{foo: Foo, bar: Bar}'
+
+    "#),
+    },
+    FunSpec {
         name: "grains.equals",
         pyname: "equals",
         params: &[

@@ -50,6 +50,7 @@ fn ctx_with(env: &Env, jid: Option<&str>, jobs: Arc<dyn JobTable>) -> Context {
         }),
         jobs,
         job: JobHandle::new(),
+        master: None,
     }
 }
 

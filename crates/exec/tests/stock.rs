@@ -479,6 +479,7 @@ fn job_returns_match_the_stock_minion() {
             pub_data: Some(from_json(&data)),
             jobs: Arc::new(NoJobs),
             job: JobHandle::new(),
+            master: None,
         };
         let ours = registry.execute(&ctx, &Value::from(*fun), &from_json(&load["arg"]));
         check(&label, *how, &stock["return"], &to_json(&ours.ret));
@@ -525,6 +526,7 @@ fn multi_function_returns_match_the_stock_minion() {
         pub_data: Some(from_json(&data)),
         jobs: Arc::new(NoJobs),
         job: JobHandle::new(),
+        master: None,
     };
     let ours =
         Registry::builtin().execute(&ctx, &from_json(&load["fun"]), &from_json(&load["arg"]));
@@ -647,6 +649,7 @@ fn implemented_functions_are_stock_functions() {
             "sys.list_functions",
             "test",
             "cmd",
+            "event",
             "grains",
             "sys",
             "saltutil",
@@ -685,6 +688,7 @@ fn salt_call_argument_handling_matches_with_its_publish_data() {
         )),
         jobs: Arc::new(NoJobs),
         job: JobHandle::new(),
+        master: None,
     };
     let ours = Registry::builtin().execute(
         &ctx,

@@ -23,6 +23,7 @@ MODULES = {
         "salt.modules.cmdmod",
         "has_exec retcode run run_all run_stderr run_stdout shell which which_bin",
     ),
+    "event": ("salt.modules.event", "fire fire_master send"),
     "grains": (
         "salt.modules.grains",
         "equals fetch filter_by get has_value item items ls",

@@ -70,6 +70,9 @@ pub enum Error {
     /// The event bus could not be bound.
     #[error("event bus: {0}")]
     Bus(#[from] halite_bus::Error),
+    /// The event journal (a Halite extension) could not be configured or started.
+    #[error("event journal: {0}")]
+    Journal(#[from] halite_journal::Error),
 }
 
 /// The master's shared state, used by every request worker.
@@ -139,6 +142,7 @@ impl Master {
                     );
                 }
                 KeyChange::Removed(id) => {
+                    tracing::info!("Key for minion {id} is no longer accepted");
                     self.sessions.remove(&id);
                     rotate = true;
                     let act = match self.keys.store().get(&id) {
@@ -257,6 +261,13 @@ pub async fn run(cfg: MasterConfig, shutdown: CancellationToken) -> Result<(), E
     )
     .await?;
     let bus = bus_server.handle();
+    // Halite extension: the durable event journal and its replay socket (halite-journal).
+    // It subscribes before the bus serves, so it sees every event.
+    let journal = halite_journal::JournalService::start(
+        &halite_journal::JournalConfig::from_master(&cfg)?,
+        &bus,
+    )
+    .await?;
     let bus_task = tokio::spawn(bus_server.run(shutdown.child_token()));
 
     // `salt` (LocalClient) refuses to publish unless this path exists; Halite takes
@@ -344,6 +355,10 @@ pub async fn run(cfg: MasterConfig, shutdown: CancellationToken) -> Result<(), E
     }
     drop(master);
     let _ = tokio::task::spawn_blocking(move || jobs_thread.join()).await;
+    // Halite extension: commit what the bus carried, close the replay socket.
+    if let Some(journal) = journal {
+        journal.shutdown().await;
+    }
     let _ = std::fs::remove_file(marker);
     let _ = bus_task.await;
     Ok(())

@@ -8,10 +8,60 @@
 use crate::auth::{Auth, Session};
 use crate::transport::ReqSocket;
 use crate::Error;
+use halite_proto::crypticle::{Crypticle, PICKLE_PREFIX};
 use halite_proto::minion::{self as proto, PrivateReplyKeys, ReplyError, Requester};
+use halite_proto::value::{bin, s};
 use halite_proto::{value, Value};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+/// A request load encoded ahead of time: the entries of a msgpack map, `id` among them,
+/// and none of `nonce`, `ts` and `tok` (each attempt adds those). A sender of many small
+/// events builds it straight from their bytes, without a `Value` tree per event.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EncodedLoad {
+    /// How many key/value pairs `entries` holds.
+    pub len: u32,
+    /// The pairs, msgpack-encoded back to back.
+    pub entries: Vec<u8>,
+}
+
+/// What a request carries.
+#[derive(Clone, Copy)]
+enum Load<'a> {
+    Value(&'a Value),
+    Encoded(&'a EncodedLoad),
+}
+
+/// `halite_proto::minion::aes_request` for an [`EncodedLoad`]: the same envelope and the
+/// same plaintext (the entries, then `nonce`, `ts` and `tok`).
+fn encoded_request(
+    session: &Crypticle,
+    who: &Requester<'_>,
+    load: &EncodedLoad,
+    nonce: &str,
+    ts: i64,
+) -> Result<Value, halite_proto::Error> {
+    let mut pt = Vec::with_capacity(PICKLE_PREFIX.len() + load.entries.len() + 400);
+    pt.extend_from_slice(PICKLE_PREFIX);
+    // Writing to a Vec cannot fail.
+    let _ = rmp::encode::write_map_len(&mut pt, load.len.saturating_add(3));
+    pt.extend_from_slice(&load.entries);
+    let _ = rmp::encode::write_str(&mut pt, "nonce");
+    let _ = rmp::encode::write_str(&mut pt, nonce);
+    let _ = rmp::encode::write_str(&mut pt, "ts");
+    let _ = rmp::encode::write_sint(&mut pt, ts);
+    let _ = rmp::encode::write_str(&mut pt, "tok");
+    let _ = rmp::encode::write_bin(&mut pt, who.tok);
+    Ok(Value::Map(vec![
+        (s("enc"), s("aes")),
+        (s("load"), bin(session.encrypt(&pt)?)),
+        (s("version"), Value::from(3)),
+        (s("id"), s(who.id)),
+        (s("enc_algo"), s(who.enc_algo.name())),
+        (s("sig_algo"), s(who.sig_algo.name())),
+    ]))
+}
 
 /// Sends encrypted requests to the master.
 pub struct Channel {
@@ -36,11 +86,44 @@ impl Channel {
     /// `AsyncReqChannel.send`: up to `tries` attempts of `timeout` each; returns the
     /// decrypted reply.
     pub fn send(&self, load: &Value, timeout: Duration, tries: u32) -> Result<Value, Error> {
+        self.send_until(load, timeout, tries, &|| false)
+    }
+
+    /// [`send`](Self::send), abandoned with [`Error::Interrupted`] as soon as `abort`
+    /// returns true while waiting for a reply.
+    pub fn send_until(
+        &self,
+        load: &Value,
+        timeout: Duration,
+        tries: u32,
+        abort: &dyn Fn() -> bool,
+    ) -> Result<Value, Error> {
+        self.send_load(Load::Value(load), timeout, tries, abort)
+    }
+
+    /// [`send_until`](Self::send_until) for a load encoded ahead of time.
+    pub fn send_encoded_until(
+        &self,
+        load: &EncodedLoad,
+        timeout: Duration,
+        tries: u32,
+        abort: &dyn Fn() -> bool,
+    ) -> Result<Value, Error> {
+        self.send_load(Load::Encoded(load), timeout, tries, abort)
+    }
+
+    fn send_load(
+        &self,
+        load: Load<'_>,
+        timeout: Duration,
+        tries: u32,
+        abort: &dyn Fn() -> bool,
+    ) -> Result<Value, Error> {
         let mut attempt = 1;
         loop {
-            match self.crypted_transfer(load, timeout) {
+            match self.crypted_transfer(load, timeout, abort) {
                 Ok(v) => return Ok(v),
-                Err(e @ (Error::Stopped | Error::Rejected)) => return Err(e),
+                Err(e @ (Error::Stopped | Error::Rejected | Error::Interrupted)) => return Err(e),
                 Err(e) if attempt >= tries => return Err(e),
                 Err(e) => {
                     tracing::debug!("Failed to send msg {e}");
@@ -52,13 +135,18 @@ impl Channel {
 
     /// `_crypted_transfer`: one attempt, re-authenticating and retrying once when the
     /// reply does not authenticate.
-    fn crypted_transfer(&self, load: &Value, timeout: Duration) -> Result<Value, Error> {
+    fn crypted_transfer(
+        &self,
+        load: Load<'_>,
+        timeout: Duration,
+        abort: &dyn Fn() -> bool,
+    ) -> Result<Value, Error> {
         let session = self.auth.session()?;
-        match self.transfer(&session, load, timeout) {
+        match self.transfer(&session, load, timeout, abort) {
             Err(Error::Reply(ReplyError::Reauth(why))) => {
                 tracing::debug!("Re-authenticating: {why}");
                 let session = self.auth.reauthenticate(session.generation)?;
-                self.transfer(&session, load, timeout)
+                self.transfer(&session, load, timeout, abort)
             }
             other => other,
         }
@@ -77,31 +165,36 @@ impl Channel {
     fn exchange(
         &self,
         session: &Session,
-        load: &Value,
+        load: Load<'_>,
         timeout: Duration,
+        abort: &dyn Fn() -> bool,
     ) -> Result<(Value, String), Error> {
         let settings = self.auth.settings();
         let nonce = proto::new_nonce();
         let ts = chrono::Utc::now().timestamp();
-        let body = proto::aes_request(
-            &session.session,
-            &self.requester(settings),
-            load.clone(),
-            &nonce,
-            ts,
-        )
+        let who = self.requester(settings);
+        let body = match load {
+            Load::Value(v) => proto::aes_request(&session.session, &who, v.clone(), &nonce, ts),
+            Load::Encoded(e) => encoded_request(&session.session, &who, e, &nonce, ts),
+        }
         .map_err(|e| Error::Reply(ReplyError::Invalid(e)))?;
         let reply = self
             .req
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .request(&value::encode(&body), timeout)?;
+            .request_until(&value::encode(&body), timeout, abort)?;
         let reply = value::decode(&reply).map_err(|e| Error::Reply(ReplyError::Invalid(e)))?;
         Ok((reply, nonce))
     }
 
-    fn transfer(&self, session: &Session, load: &Value, timeout: Duration) -> Result<Value, Error> {
-        let (reply, nonce) = self.exchange(session, load, timeout)?;
+    fn transfer(
+        &self,
+        session: &Session,
+        load: Load<'_>,
+        timeout: Duration,
+        abort: &dyn Fn() -> bool,
+    ) -> Result<Value, Error> {
+        let (reply, nonce) = self.exchange(session, load, timeout, abort)?;
         proto::open_reply(&session.session, &reply, &nonce).map_err(Error::Reply)
     }
 
@@ -113,7 +206,7 @@ impl Channel {
         loop {
             let mut attempt = 1;
             let (reply, nonce) = loop {
-                match self.exchange(&session, load, timeout) {
+                match self.exchange(&session, Load::Value(load), timeout, &|| false) {
                     Ok(r) => break r,
                     Err(e @ (Error::Stopped | Error::Rejected)) => return Err(e),
                     Err(e) if attempt >= tries => return Err(e),
@@ -139,5 +232,58 @@ impl Channel {
                 other => return other.map_err(Error::Reply),
             }
         }
+    }
+}
+
+impl halite_exec::MasterChannel for Channel {
+    /// One request with `request_channel_timeout` and `request_channel_tries`, as Salt's
+    /// `ReqChannel.send` defaults.
+    fn request(&self, load: Value) -> Result<Value, String> {
+        let settings = self.auth.settings();
+        self.send(&load, settings.request_timeout, settings.request_tries)
+            .map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use halite_proto::rsa::{EncAlgo, SigAlgo};
+    use halite_proto::value::map;
+
+    #[test]
+    fn an_encoded_load_makes_the_request_aes_request_makes() {
+        let session = Crypticle::generate();
+        let who = Requester {
+            id: "m1",
+            tok: b"token",
+            enc_algo: EncAlgo::OaepSha1,
+            sig_algo: SigAlgo::Pkcs1v15Sha1,
+        };
+        let load = map([
+            ("id", s("m1")),
+            ("cmd", s("_minion_event")),
+            ("events", Value::Array(vec![map([("tag", s("t"))])])),
+        ]);
+        let mut entries = Vec::new();
+        for (k, v) in load.as_map().unwrap() {
+            entries.extend(value::encode(k));
+            entries.extend(value::encode(v));
+        }
+        let encoded = EncodedLoad { len: 3, entries };
+        let a = proto::aes_request(&session, &who, load, "n0", 1700).unwrap();
+        let b = encoded_request(&session, &who, &encoded, "n0", 1700).unwrap();
+        let plain = |env: &Value| {
+            session
+                .decrypt(value::get_bytes(env, "load").unwrap())
+                .unwrap()
+        };
+        assert_eq!(plain(&a), plain(&b));
+        let strip = |env: &Value| {
+            let mut env = env.clone();
+            value::remove(&mut env, "load");
+            env
+        };
+        assert_eq!(strip(&a), strip(&b));
     }
 }

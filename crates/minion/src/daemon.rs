@@ -10,6 +10,7 @@
 
 use crate::auth::{Auth, Session};
 use crate::channel::Channel;
+use crate::forward::Forwarder;
 use crate::jobs::{jid_text, Jobs, Runner};
 use crate::keys::MinionKeys;
 use crate::settings::Settings;
@@ -61,6 +62,8 @@ pub struct Daemon {
     pub registry: Arc<Registry>,
     /// The minion's own event bus.
     pub bus: BusHandle,
+    /// The queue of `fire_master` events; its sender starts with the first master link.
+    pub forwarder: Arc<Forwarder>,
     /// The stop signal.
     pub stop: Arc<Shutdown>,
 }
@@ -111,6 +114,10 @@ impl Daemon {
         ));
         let channel = Arc::new(Channel::new(
             auth.clone(),
+            ReqSocket::new(&ctx, uri.clone(), &self.settings),
+        ));
+        self.start_forwarding(Channel::new(
+            auth.clone(),
             ReqSocket::new(&ctx, uri, &self.settings),
         ));
         let runner = Arc::new(Runner {
@@ -152,6 +159,7 @@ impl Daemon {
                         End::Stopped => return Exit::Stopped,
                         End::Rejected => return self.rejected(),
                         End::Lost(gen) => {
+                            self.forwarder.set_connected(false);
                             tracing::info!("Connection to master {} lost", self.settings.master);
                             self.fire("__master_disconnected");
                             generation = gen;
@@ -174,6 +182,18 @@ impl Daemon {
                     }
                 }
             }
+        }
+    }
+
+    /// Starts the thread that sends forwarded events over `channel` (its own request
+    /// socket, so job returns never wait behind a batch of events).
+    fn start_forwarding(&self, channel: Channel) {
+        let (forwarder, stop) = (self.forwarder.clone(), self.stop.clone());
+        let started = std::thread::Builder::new()
+            .name("fire_master".into())
+            .spawn(move || forwarder.run_sender(&channel, &stop));
+        if let Err(e) = started {
+            tracing::error!("Cannot start the fire_master sender thread; events fired with fire_master stay queued: {e}");
         }
     }
 
@@ -239,6 +259,7 @@ impl Daemon {
             tracing::info!("Re-initialising subsystems for new master {}", st.master);
         }
         self.announce(&link.channel);
+        self.forwarder.set_connected(true);
         tracing::info!("Minion is ready to receive requests!");
         Ok((session, sub))
     }

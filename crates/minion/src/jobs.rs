@@ -133,6 +133,7 @@ impl Runner {
             pub_data: Some(load.clone()),
             jobs: self.jobs.clone(),
             job: handle.clone(),
+            master: Some(self.channel.clone()),
         };
         let nil = Value::Nil;
         let fun = value::get(&load, "fun").unwrap_or(&nil);
@@ -170,8 +171,8 @@ impl Runner {
 }
 
 /// The `_return` load for a published job, fields in Salt's order: `cmd`, `id`, `success`,
-/// `return`, `retcode`, [`out`], `jid`, `fun`, `fun_args`, [`user`], [`master_id`],
-/// [`metadata`], `_stamp`.
+/// `return`, `retcode`, `out` (when set), `jid`, `fun`, `fun_args`, then `user`,
+/// `master_id` and `metadata` when the publish had them, and `_stamp`.
 pub fn return_load(id: &str, load: &Value, ret: &JobReturn) -> Value {
     let field = |k: &str| value::get(load, k).cloned();
     let mut out = vec![

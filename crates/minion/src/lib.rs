@@ -8,13 +8,17 @@
 //! - each targeted job runs on its own thread ([`jobs`]) and sends its `_return` over the
 //!   shared encrypted request channel ([`channel`]);
 //! - the minion bus (`minion_event_<hash>_pub/pull.ipc`) is served on a small tokio
-//!   runtime, so local programs can listen and fire as with Salt.
+//!   runtime, so local programs can listen and fire as with Salt;
+//! - events fired there with a `fire_master` tag are queued and sent to the master as
+//!   `_minion_event` requests by a sender thread with its own request socket
+//!   ([`forward`]), batched under load and held while the master is away (at most
+//!   `fire_master_queue_size` events, a Halite option, default 10,000; the oldest go).
 //!
 //! `halite-call` reuses [`auth`], [`channel`], [`keys`] and [`settings`] to return a local
 //! call to the master.
 //!
 //! What it does not do: multi-master (only the first `master` is used), failover, the
-//! TCP/websocket transports, `fire_master` forwarding from the bus, beacons, the scheduler,
+//! TCP/websocket transports, beacons, the scheduler,
 //! returners, `start_event`, `master_finger`, `verify_master_pubkey_sign` (a master that
 //! sends `pub_sig` is refused), `minion_sign_messages`.
 //!
@@ -30,6 +34,7 @@
 pub mod auth;
 pub mod channel;
 pub mod daemon;
+pub mod forward;
 pub mod jobs;
 pub mod keys;
 pub mod settings;
@@ -98,6 +103,13 @@ pub enum Error {
     /// Shutdown was requested while waiting.
     #[error("the minion is shutting down")]
     Stopped,
+    /// A `fire_master` event on the minion bus cannot be forwarded; the text says why.
+    #[error("{0}")]
+    BadEvent(String),
+    /// A request was abandoned while waiting for the reply because its caller gave up
+    /// (the forwarder does when the link to the master drops).
+    #[error("the request was abandoned: the link to the master dropped")]
+    Interrupted,
 }
 
 /// A random number in `0..n` (0 when `n` is 0).
@@ -186,6 +198,18 @@ pub async fn run(cfg: MinionConfig, shutdown: CancellationToken) -> Result<Outco
     let bus_server = halite_bus::BusServer::bind(&sockets, max_event_size).await?;
     let bus = bus_server.handle();
     let bus_stop = CancellationToken::new();
+    let forwarder = Arc::new(forward::Forwarder::new(
+        &cfg.id,
+        settings.fire_master_queue_size,
+    ));
+    let collector = forwarder
+        .clone()
+        .start_collector(bus.subscribe(), bus_stop.clone())
+        .map_err(|source| Error::Io {
+            what: "cannot start the fire_master collector thread in",
+            path: cfg.cachedir.clone(),
+            source,
+        })?;
     let bus_task = tokio::spawn(bus_server.run(bus_stop.clone()));
 
     let stop = Arc::new(shutdown::Shutdown::new());
@@ -196,6 +220,7 @@ pub async fn run(cfg: MinionConfig, shutdown: CancellationToken) -> Result<Outco
         grains,
         registry: Arc::new(halite_exec::Registry::builtin()),
         bus,
+        forwarder: forwarder.clone(),
         stop: stop.clone(),
     };
     let (done_tx, done_rx) = tokio::sync::oneshot::channel();
@@ -220,6 +245,8 @@ pub async fn run(cfg: MinionConfig, shutdown: CancellationToken) -> Result<Outco
     tracing::info!("The Salt Minion is shutting down");
     bus_stop.cancel();
     let _ = bus_task.await;
+    let _ = tokio::task::spawn_blocking(move || collector.join()).await;
+    forwarder.abandon();
     Ok(match exit {
         Exit::Stopped => Outcome::Stopped,
         Exit::Rejected => Outcome::Rejected,

@@ -4,10 +4,6 @@
 use clap::Parser;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use tokio_util::sync::CancellationToken;
-use tracing_subscriber::layer::SubscriberExt;
-use tracing_subscriber::util::SubscriberInitExt;
-use tracing_subscriber::{EnvFilter, Layer};
 
 /// Exit status for an unusable configuration (`EX_CONFIG`).
 const EX_CONFIG: u8 = 78;
@@ -27,19 +23,6 @@ struct Args {
     log_file_level: Option<String>,
 }
 
-/// Maps Salt's level names to a tracing filter directive.
-fn level(salt_level: &str) -> &'static str {
-    match salt_level.to_ascii_lowercase().as_str() {
-        "all" | "garbage" | "trace" => "trace",
-        "debug" | "profile" => "debug",
-        "info" => "info",
-        "warning" | "warn" => "warn",
-        "error" | "critical" => "error",
-        "quiet" => "off",
-        _ => "warn",
-    }
-}
-
 fn main() -> ExitCode {
     let args = Args::parse();
     let cfg = match halite_config::MinionConfig::load(&args.config_dir) {
@@ -49,36 +32,13 @@ fn main() -> ExitCode {
             return ExitCode::from(EX_CONFIG);
         }
     };
-    let console = level(args.log_level.as_deref().unwrap_or(cfg.log_level.as_str()));
-    let file_level = level(
-        args.log_file_level
-            .as_deref()
-            .or(cfg.log_level_logfile.map(|l| l.as_str()))
-            .unwrap_or(cfg.log_level.as_str()),
-    );
-    let log_file = std::path::Path::new(&cfg.log_file);
-    let file = log_file.parent().map(std::fs::create_dir_all);
-    let file = file.and_then(|_| {
-        std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(log_file)
-            .ok()
-    });
-    let file_layer = file.map(|f| {
-        tracing_subscriber::fmt::layer()
-            .with_writer(std::sync::Mutex::new(f))
-            .with_ansi(false)
-            .with_filter(EnvFilter::new(file_level))
-    });
-    tracing_subscriber::registry()
-        .with(
-            tracing_subscriber::fmt::layer()
-                .with_writer(std::io::stderr)
-                .with_filter(EnvFilter::new(console)),
-        )
-        .with(file_layer)
-        .init();
+    let console = args.log_level.as_deref().unwrap_or(cfg.log_level.as_str());
+    let file_level = args
+        .log_file_level
+        .as_deref()
+        .or(cfg.log_level_logfile.map(|l| l.as_str()))
+        .unwrap_or(cfg.log_level.as_str());
+    halite_daemon::init_logging(console, file_level, std::path::Path::new(&cfg.log_file));
     for unknown in cfg.unknown_options() {
         tracing::debug!("Unknown configuration option {unknown:?} ignored");
     }
@@ -97,16 +57,7 @@ fn main() -> ExitCode {
         }
     };
     runtime.block_on(async move {
-        let shutdown = CancellationToken::new();
-        let stop = shutdown.clone();
-        tokio::spawn(async move {
-            let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
-            }
-            stop.cancel();
-        });
+        let shutdown = halite_daemon::shutdown_on_signals();
         match halite_minion::run(cfg, shutdown).await {
             Ok(halite_minion::Outcome::Stopped) => ExitCode::SUCCESS,
             Ok(halite_minion::Outcome::Rejected) => ExitCode::from(halite_minion::EX_NOPERM),

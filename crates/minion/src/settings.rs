@@ -12,6 +12,12 @@ use halite_proto::rsa::{EncAlgo, SigAlgo};
 use halite_proto::Value;
 use std::time::Duration;
 
+/// Default of the Halite option `fire_master_queue_size`.
+pub const DEFAULT_FIRE_MASTER_QUEUE_SIZE: usize = 10_000;
+
+/// Largest accepted `fire_master_queue_size`.
+pub const MAX_FIRE_MASTER_QUEUE_SIZE: usize = 10_000_000;
+
 /// Settings derived from the minion configuration.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -55,6 +61,10 @@ pub struct Settings {
     pub return_retry_timer_max: u64,
     /// `return_retry_tries`.
     pub return_retry_tries: u32,
+    /// `fire_master_queue_size` (Halite extension, default
+    /// [`DEFAULT_FIRE_MASTER_QUEUE_SIZE`]): how many `fire_master` events wait for the
+    /// master while it is away before the oldest are dropped.
+    pub fire_master_queue_size: usize,
     /// `pub_ret`: send job returns to the master.
     pub pub_ret: bool,
     /// `minion_jid_queue_hwm`: how many recent jids are remembered to drop duplicates.
@@ -210,6 +220,12 @@ impl Settings {
             return_retry_timer,
             return_retry_timer_max,
             return_retry_tries: o.int("return_retry_tries", 3, 1, 1000)? as u32,
+            fire_master_queue_size: o.int(
+                "fire_master_queue_size",
+                DEFAULT_FIRE_MASTER_QUEUE_SIZE as i64,
+                1,
+                MAX_FIRE_MASTER_QUEUE_SIZE as i64,
+            )? as usize,
             pub_ret: o.boolean("pub_ret", true)?,
             jid_queue_hwm: o.int("minion_jid_queue_hwm", 100, 1, 1_000_000)? as usize,
             legacy_startup_events: o.boolean("enable_legacy_startup_events", true)?,
@@ -277,6 +293,7 @@ mod tests {
         );
         assert_eq!(s.return_timeout(), Duration::from_secs(30));
         assert_eq!(s.jid_queue_hwm, 100);
+        assert_eq!(s.fire_master_queue_size, DEFAULT_FIRE_MASTER_QUEUE_SIZE);
         assert!(!s.sign_pub_messages && s.pub_ret && s.zmq_monitor && s.legacy_startup_events);
         assert_eq!(s.enc_algo, EncAlgo::OaepSha1);
         assert_eq!(s.resources, Value::Map(vec![]));
@@ -290,6 +307,8 @@ mod tests {
             ("minion_jid_queue_hwm: lots\n", "minion_jid_queue_hwm"),
             ("request_channel_timeout: -1\n", "request_channel_timeout"),
             ("resources: [a]\n", "resources"),
+            ("fire_master_queue_size: 0\n", "fire_master_queue_size"),
+            ("fire_master_queue_size: many\n", "fire_master_queue_size"),
         ] {
             let err = settings(yaml).unwrap_err().to_string();
             assert!(

@@ -7,7 +7,10 @@ use crate::settings::Settings;
 use crate::shutdown::Shutdown;
 use crate::Error;
 use std::net::{IpAddr, Ipv4Addr, ToSocketAddrs};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// How often a waiting request checks whether it should give up.
+pub const ABORT_CHECK: Duration = Duration::from_millis(100);
 
 /// Interval of the ZMTP heartbeats the publish socket sends (Salt's master default
 /// `zmq_heartbeat_ivl`).
@@ -155,14 +158,30 @@ impl ReqSocket {
 
     /// Sends one request body and waits up to `timeout` for the reply.
     pub fn request(&mut self, body: &[u8], timeout: Duration) -> Result<Vec<u8>, Error> {
-        let result = self.exchange(body, timeout);
+        self.request_until(body, timeout, &|| false)
+    }
+
+    /// [`request`](Self::request), giving up with [`Error::Interrupted`] as soon as
+    /// `abort` returns true (checked every [`ABORT_CHECK`] while waiting).
+    pub fn request_until(
+        &mut self,
+        body: &[u8],
+        timeout: Duration,
+        abort: &dyn Fn() -> bool,
+    ) -> Result<Vec<u8>, Error> {
+        let result = self.exchange(body, timeout, abort);
         if result.is_err() {
             self.sock = None;
         }
         result
     }
 
-    fn exchange(&mut self, body: &[u8], timeout: Duration) -> Result<Vec<u8>, Error> {
+    fn exchange(
+        &mut self,
+        body: &[u8],
+        timeout: Duration,
+        abort: &dyn Fn() -> bool,
+    ) -> Result<Vec<u8>, Error> {
         if self.sock.is_none() {
             self.sock = Some(self.open()?);
         }
@@ -170,11 +189,23 @@ impl ReqSocket {
             return Err(Error::Timeout(timeout));
         };
         sock.send(body, 0).map_err(zerr("send"))?;
-        let ms = i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX);
-        if sock.poll(zmq::POLLIN, ms).map_err(zerr("poll"))? == 0 {
-            return Err(Error::Timeout(timeout));
+        let deadline = Instant::now().checked_add(timeout);
+        loop {
+            if abort() {
+                return Err(Error::Interrupted);
+            }
+            let left = match deadline {
+                Some(d) => d.saturating_duration_since(Instant::now()),
+                None => ABORT_CHECK,
+            };
+            if left.is_zero() {
+                return Err(Error::Timeout(timeout));
+            }
+            let ms = i64::try_from(left.min(ABORT_CHECK).as_millis()).unwrap_or(i64::MAX);
+            if sock.poll(zmq::POLLIN, ms).map_err(zerr("poll"))? > 0 {
+                return sock.recv_bytes(0).map_err(zerr("recv"));
+            }
         }
-        sock.recv_bytes(0).map_err(zerr("recv"))
     }
 }
 
@@ -327,6 +358,29 @@ mod tests {
             req.request(b"x", Duration::from_millis(100)),
             Err(Error::Timeout(_))
         ));
+        assert!(req.sock.is_none());
+    }
+
+    #[test]
+    fn a_request_is_abandoned_as_soon_as_its_caller_gives_up() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let cfg = halite_config::MinionConfig::from_yaml_str(
+            "id: t\n",
+            std::path::Path::new("/tmp/x/minion"),
+        )
+        .unwrap();
+        let settings = Settings::from_config(&cfg).unwrap();
+        let ctx = zmq::Context::new();
+        let mut req = ReqSocket::new(&ctx, format!("tcp://127.0.0.1:{port}"), &settings);
+        let start = Instant::now();
+        let give_up = start + Duration::from_millis(150);
+        let result = req.request_until(b"x", Duration::from_secs(60), &|| Instant::now() > give_up);
+        assert!(matches!(result, Err(Error::Interrupted)), "{result:?}");
+        assert!(start.elapsed() < Duration::from_secs(5));
         assert!(req.sock.is_none());
     }
 }

@@ -1,6 +1,7 @@
 //! The execution modules, one file per Salt module.
 
 pub(crate) mod cmd;
+pub(crate) mod event;
 pub(crate) mod grains;
 pub(crate) mod saltutil;
 pub(crate) mod status;
@@ -18,6 +19,7 @@ use crate::Context;
 pub(crate) fn exports() -> impl Iterator<Item = &'static Export> {
     [
         cmd::EXPORTS,
+        event::EXPORTS,
         grains::EXPORTS,
         saltutil::EXPORTS,
         status::EXPORTS,

@@ -3,6 +3,8 @@
 
 #![allow(dead_code)]
 
+pub mod seed;
+
 use halite_proto::crypticle::{self, Crypticle};
 use halite_proto::envelope::{
     accept_reply, open_aes_request, pillar_reply, publish_frame, ret_reply, seal_reply, AcceptKeys,

@@ -1,0 +1,19 @@
+import os  # the test sets the master's sock_dir; was the literal '/var/run/salt/master'
+
+# debug logging to STDOUT
+import salt._logging  # 3008: salt.log is gone; was `import salt.log`
+salt._logging.setup_console_handler(log_level='all')  # 3008: was salt.log.setup_console_logger('all')
+
+# event libary for events over ZMQ
+import salt.utils.event
+
+payload = {'sample-msg': 'this is a test',
+           'example': 'this is the same test'}
+
+sock_dir = os.environ.get('SALT_MASTER_SOCK_DIR', '/var/run/salt/master')
+
+# create event object, attach to master socket …
+event = salt.utils.event.SaltEvent('master', sock_dir)
+
+# post the event
+event.fire_event(payload, 'mytag')

@@ -1,0 +1,151 @@
+//! `halite-bench`: Halite master vs stock salt-master under `halite-swarm`, side by side.
+//!
+//! Prints progress on stderr, writes every figure as JSON (`--out`), and prints the
+//! Markdown table (with stock ÷ Halite ratios) on stdout. See `halite_swarm::bench`.
+
+use clap::Parser;
+use halite_swarm::bench::{run_one, scale_config, table, BenchOptions, MasterKind};
+use serde_json::json;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "halite-bench",
+    about = "Benchmark a Halite master against a stock salt-master"
+)]
+struct Cli {
+    /// Minion counts, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "100,1000")]
+    counts: Vec<usize>,
+    /// Masters to measure, in order: halite, stock.
+    #[arg(long, value_delimiter = ',', default_value = "halite,stock")]
+    masters: Vec<String>,
+    /// test.ping publishes per run.
+    #[arg(long, default_value_t = 20)]
+    publishes: usize,
+    /// Events per second offered by the whole swarm in the events phase.
+    #[arg(long, default_value_t = 1000.0)]
+    events_per_sec: f64,
+    /// Length of the events phase in seconds.
+    #[arg(long, default_value_t = 10.0)]
+    event_secs: f64,
+    /// Time budget of each phase in seconds ("did not finish in T" beyond it).
+    #[arg(long, default_value_t = 300.0)]
+    budget: f64,
+    /// Minion key cache [default: ~/.cache/halite-swarm/keys].
+    #[arg(long)]
+    keys_dir: Option<PathBuf>,
+    /// Sign-ins in flight at most.
+    #[arg(long, default_value_t = 128)]
+    auth_concurrency: usize,
+    /// Request connections of the swarm.
+    #[arg(long, default_value_t = 128)]
+    connections: usize,
+    /// Tokio worker threads of the swarm.
+    #[arg(long, default_value_t = 2)]
+    swarm_threads: usize,
+    /// worker_threads of both masters.
+    #[arg(long, default_value_t = 8)]
+    worker_threads: u32,
+    /// Where to write the JSON results.
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter("warn")
+        .init();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("halite-bench: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<(), String> {
+    let masters = cli
+        .masters
+        .iter()
+        .map(|m| MasterKind::parse(m).ok_or_else(|| format!("--masters: unknown master {m:?}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find myself: {e}"))?;
+    let swarm_bin = exe.with_file_name("halite-swarm");
+    if !swarm_bin.is_file() {
+        return Err(format!(
+            "{} is missing: build halite-swarm first",
+            swarm_bin.display()
+        ));
+    }
+    let keys_dir = match cli.keys_dir {
+        Some(d) => d,
+        None => PathBuf::from(std::env::var_os("HOME").ok_or("HOME is not set; pass --keys-dir")?)
+            .join(".cache/halite-swarm/keys"),
+    };
+    let budget =
+        Duration::try_from_secs_f64(cli.budget).map_err(|_| "--budget: expected seconds")?;
+    // Children (masters, swarm) inherit the raised soft limit.
+    halite_swarm::swarm::raise_fd_limit(0).map_err(|e| e.to_string())?;
+    let opts = BenchOptions {
+        counts: cli.counts,
+        masters,
+        publishes: cli.publishes,
+        events_per_sec: cli.events_per_sec,
+        event_secs: cli.event_secs,
+        budget,
+        swarm_bin,
+        keys_dir,
+        auth_concurrency: cli.auth_concurrency,
+        connections: cli.connections,
+        swarm_threads: cli.swarm_threads,
+        master_yaml: scale_config(cli.worker_threads),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))?;
+    let mut results = Vec::new();
+    for &n in &opts.counts {
+        for &kind in &opts.masters {
+            eprintln!("== {} master, {n} minions", kind.name());
+            let r = rt.block_on(run_one(&opts, kind, n)).unwrap_or_else(
+                |e| json!({"master": kind.name(), "minions": n, "error": e.to_string()}),
+            );
+            results.push(r);
+            if let Some(out) = &cli.out {
+                write_results(out, &opts, &results)?;
+            }
+        }
+    }
+    println!("{}", table(&results));
+    Ok(())
+}
+
+fn write_results(
+    out: &PathBuf,
+    opts: &BenchOptions,
+    results: &[serde_json::Value],
+) -> Result<(), String> {
+    let doc = json!({
+        "options": {
+            "publishes": opts.publishes,
+            "events_per_sec": opts.events_per_sec,
+            "event_secs": opts.event_secs,
+            "budget_secs": opts.budget.as_secs_f64(),
+            "auth_concurrency": opts.auth_concurrency,
+            "connections": opts.connections,
+            "swarm_threads": opts.swarm_threads,
+            "master_config": opts.master_yaml,
+        },
+        "results": results,
+    });
+    let text = serde_json::to_string_pretty(&doc).map_err(|e| e.to_string())?;
+    std::fs::write(out, text).map_err(|e| format!("writing {}: {e}", out.display()))
+}
