@@ -607,9 +607,11 @@ impl Master {
                 if let Some(pre) = pretag {
                     self.events.fire(&format!("{pre}/{tag}"), data.clone());
                 }
-                if MINION_EVENT_BLACKLIST
-                    .iter()
-                    .any(|b| halite_target::fnmatch::fnmatch(tag, b))
+                // Every blacklisted pattern starts with `salt/`: other tags skip the globs.
+                if tag.starts_with("salt/")
+                    && MINION_EVENT_BLACKLIST
+                        .iter()
+                        .any(|b| halite_target::fnmatch::fnmatch(tag, b))
                 {
                     tracing::warn!("Filtering blacklisted event tag {tag}");
                     continue;
