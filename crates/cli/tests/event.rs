@@ -365,3 +365,18 @@ fn halite_event_is_not_taken_for_a_salt_target() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("No minions matched the target"), "{text}");
 }
+
+#[test]
+fn a_bad_journal_option_stops_the_master_naming_it() {
+    let root = TempRoot::with_master_extra("event_journal_max_bytes: lots\n");
+    let mut master = start_halite_master(&root);
+    let status = master
+        .wait_exit(WAIT)
+        .expect("the master should refuse to start");
+    assert!(!status.success());
+    let err = master.stderr();
+    assert!(
+        err.contains("event_journal_max_bytes") && err.contains("lots"),
+        "{err}"
+    );
+}

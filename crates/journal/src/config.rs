@@ -40,8 +40,6 @@ pub struct JournalConfig {
     pub socket: PathBuf,
     /// Size and age limits.
     pub retention: Retention,
-    /// The bus's `max_event_size`, which bounds one replayed frame.
-    pub max_event_size: usize,
 }
 
 impl JournalConfig {
@@ -92,7 +90,6 @@ impl JournalConfig {
             path: cfg.cachedir.join(JOURNAL_FILE),
             socket: socket_path(&cfg.sock_dir),
             retention: Retention { max_bytes, max_age },
-            max_event_size: usize::try_from(cfg.max_event_size).unwrap_or(usize::MAX),
         })
     }
 }

@@ -22,7 +22,8 @@
 //! - The bus is never slowed by the journal: the writer takes events from its own bus
 //!   subscription into an in-memory queue and appends whatever is queued in one transaction.
 //!   If it falls behind the bus's ring or its queue is full ([`MAX_QUEUED_BYTES`]), the events
-//!   it missed are counted and logged at `error`, never waited for.
+//!   it missed are never waited for: they are logged at `error`, and a [`GAP_TAG`] entry
+//!   (`{"missed": N, "reason": ...}`) takes their place, so a replaying client knows.
 //! - An event is sent to replay clients only after its transaction is committed durably, so
 //!   what a client saw is in the journal after a crash, and ids are never handed out twice.
 //! - A replay session subscribes to committed batches *before* it reads the journal, then
@@ -52,7 +53,7 @@ pub use config::{
 pub use format::state_event_line;
 pub use server::{MAX_SESSIONS, REQUEST_TIMEOUT};
 pub use store::{Appended, Journal, Record, Retention, ENTRY_OVERHEAD};
-pub use writer::{MAX_BATCH_EVENTS, MAX_QUEUED_BYTES, PRUNE_INTERVAL};
+pub use writer::{GAP_TAG, MAX_BATCH_EVENTS, MAX_QUEUED_BYTES, PRUNE_INTERVAL};
 
 use std::path::PathBuf;
 use std::sync::Arc;

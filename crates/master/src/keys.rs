@@ -69,6 +69,9 @@ pub struct KeyIndex {
     accepted: RwLock<HashMap<String, Arc<AcceptedKey>>>,
     ids: RwLock<Arc<BTreeSet<String>>>,
     mtimes: Mutex<Vec<Option<SystemTime>>>,
+    /// The ids the last directory listing found in `minions/`: `salt/key` accept events
+    /// come from this listing, whatever path (auth or refresh) filled the index first.
+    listed: Mutex<BTreeSet<String>>,
 }
 
 const WATCHED: [KeyState; 4] = [
@@ -86,6 +89,7 @@ impl KeyIndex {
             accepted: RwLock::new(HashMap::new()),
             ids: RwLock::new(Arc::new(BTreeSet::new())),
             mtimes: Mutex::new(vec![None; WATCHED.len()]),
+            listed: Mutex::new(BTreeSet::new()),
         };
         idx.refresh();
         idx
@@ -156,10 +160,26 @@ impl KeyIndex {
             .filter(|k| !disk_set.contains(k.as_str()))
             .cloned()
             .collect();
+        let mut listed = self.listed.lock().unwrap_or_else(|e| e.into_inner());
+        let mut removed: BTreeSet<String> = listed
+            .iter()
+            .filter(|k| !disk_set.contains(k.as_str()))
+            .cloned()
+            .collect();
         for id in gone {
             map.remove(&id);
-            changes.push(KeyChange::Removed(id));
+            removed.insert(id);
         }
+        changes.extend(removed.into_iter().map(KeyChange::Removed));
+        changes.extend(
+            on_disk
+                .iter()
+                .filter(|id| !listed.contains(*id))
+                .cloned()
+                .map(KeyChange::Accepted),
+        );
+        *listed = on_disk.iter().cloned().collect();
+        drop(listed);
         for id in &on_disk {
             let pem = match self.store.get(id) {
                 Ok(Some((KeyState::Accepted, pem))) => pem,
@@ -171,9 +191,7 @@ impl KeyIndex {
                 .unwrap_or(true);
             if changed {
                 if let Some(k) = AcceptedKey::new(&pem) {
-                    if map.insert(id.clone(), Arc::new(k)).is_none() {
-                        changes.push(KeyChange::Accepted(id.clone()));
-                    }
+                    map.insert(id.clone(), Arc::new(k));
                 } else {
                     tracing::error!("Corrupt or missing public key \"{id}\"");
                 }
@@ -183,5 +201,43 @@ impl KeyIndex {
         drop(map);
         *self.ids.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(ids);
         changes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use halite_proto::rsa::PrivateKey;
+
+    fn pem() -> String {
+        PrivateKey::generate(2048)
+            .unwrap()
+            .public_key()
+            .unwrap()
+            .to_pem()
+            .unwrap()
+    }
+
+    #[test]
+    fn key_file_changes_are_reported_whoever_indexed_the_key_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = KeyStore::open(dir.path()).unwrap();
+        store.put("a", KeyState::Accepted, &pem()).unwrap();
+        let idx = KeyIndex::load(KeyStore::open(dir.path()).unwrap());
+        assert!(idx.accepted_ids().contains("a"));
+
+        // The auth path indexes `b` before the timer sees its file: still one accept event.
+        let b = pem();
+        store.put("b", KeyState::Accepted, &b).unwrap();
+        assert!(idx.insert("b", &b).is_some());
+        // Directory mtimes have a coarse clock; force the next refresh to look.
+        *idx.mtimes.lock().unwrap() = vec![None; WATCHED.len()];
+        assert_eq!(idx.refresh(), vec![KeyChange::Accepted("b".into())]);
+
+        store.delete("a").unwrap();
+        *idx.mtimes.lock().unwrap() = vec![None; WATCHED.len()];
+        assert_eq!(idx.refresh(), vec![KeyChange::Removed("a".into())]);
+        assert!(idx.accepted("a").is_none());
+        assert_eq!(idx.accepted_ids().iter().collect::<Vec<_>>(), ["b"]);
     }
 }
