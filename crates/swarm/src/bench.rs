@@ -2,7 +2,7 @@
 //! then a stock salt-master, each under a fresh `halite-swarm`, measured phase by phase.
 //!
 //! Phases (each capped by the same time budget; a phase over budget is reported as "did
-//! not finish in T" and ends the run for that master and count):
+//! not finish in T"; an unfinished auth storm ends the run for that master and count):
 //! 1. auth storm: swarm start → every minion authenticated and subscribed (the swarm's
 //!    `ready` line); the master's CPU-seconds over the phase.
 //! 2. publish → returns: `publishes` sequential `test.ping` jobs to `*`, published over the
@@ -14,9 +14,10 @@
 //!    latency = arrival − the time the event was due (so queueing in the swarm counts
 //!    against the master).
 //!
-//! Throughout, a sampler thread sums the RSS of the master's process tree every 100 ms
-//! (the peak of each phase is reported) and CPU-seconds come from `/proc/<pid>/stat`
-//! (utime + stime of every process of the tree). Everything listens on 127.0.0.1.
+//! Throughout, a sampler thread sums the RSS and PSS of the master's process tree every
+//! 100 ms (the peaks of each phase are reported) and CPU-seconds come from
+//! `/proc/<pid>/stat` (utime + stime of every process of the tree). Everything listens on
+//! 127.0.0.1.
 
 use crate::minion::EVENT_TAG_PREFIX;
 use crate::Error;
@@ -142,18 +143,26 @@ pub fn process_tree(pid: u32) -> Vec<u32> {
     out
 }
 
-/// Sum of `VmRSS` of `pids`, in KiB.
+/// Sum of the RSS of `pids`, in KiB.
 pub fn rss_kib(pids: &[u32]) -> u64 {
+    memory_kib(pids).0
+}
+
+/// Sums of `Rss` and `Pss` (from `smaps_rollup`) of `pids`, in KiB. PSS divides pages
+/// shared between processes (a stock master's forked workers share most of theirs), so the
+/// PSS sum is the tree's real footprint and the RSS sum an overcount.
+pub fn memory_kib(pids: &[u32]) -> (u64, u64) {
+    let field = |text: &str, name: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|kb| kb.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
     pids.iter()
-        .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/status")).ok())
-        .filter_map(|status| {
-            status
-                .lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.split_whitespace().next())
-                .and_then(|kb| kb.parse::<u64>().ok())
-        })
-        .sum()
+        .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/smaps_rollup")).ok())
+        .map(|t| (field(&t, "Rss:"), field(&t, "Pss:")))
+        .fold((0, 0), |(r, p), (r2, p2)| (r + r2, p + p2))
 }
 
 /// utime + stime of `pids`, in seconds.
@@ -171,10 +180,11 @@ pub fn cpu_secs(pids: &[u32]) -> f64 {
         .sum()
 }
 
-/// Samples the RSS of a process tree every 100 ms and keeps the peak since the last
-/// [`Sampler::take_peak`].
+/// Samples the RSS and PSS of a process tree every 100 ms and keeps the peaks since the
+/// last [`Sampler::take_peak`].
 pub struct Sampler {
-    peak_kib: Arc<AtomicU64>,
+    peak_rss: Arc<AtomicU64>,
+    peak_pss: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -182,29 +192,33 @@ pub struct Sampler {
 impl Sampler {
     /// Starts sampling the tree rooted at `pid`.
     pub fn start(pid: u32) -> Sampler {
-        let peak_kib = Arc::new(AtomicU64::new(0));
+        let peak_rss = Arc::new(AtomicU64::new(0));
+        let peak_pss = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
-        let (peak, halt) = (peak_kib.clone(), stop.clone());
+        let (rss, pss, halt) = (peak_rss.clone(), peak_pss.clone(), stop.clone());
         let thread = std::thread::spawn(move || {
             while !halt.load(Ordering::Relaxed) {
-                let rss = rss_kib(&process_tree(pid));
-                peak.fetch_max(rss, Ordering::Relaxed);
+                let (r, p) = memory_kib(&process_tree(pid));
+                rss.fetch_max(r, Ordering::Relaxed);
+                pss.fetch_max(p, Ordering::Relaxed);
                 std::thread::sleep(Duration::from_millis(100));
             }
         });
         Sampler {
-            peak_kib,
+            peak_rss,
+            peak_pss,
             stop,
             thread: Some(thread),
         }
     }
 
-    /// The peak RSS (MiB) since the previous call, and starts a new period at the current
-    /// RSS.
-    pub fn take_peak(&self, pid: u32) -> f64 {
-        let now = rss_kib(&process_tree(pid));
-        let peak = self.peak_kib.swap(now, Ordering::Relaxed).max(now);
-        peak as f64 / 1024.0
+    /// The peak RSS and PSS sums (MiB) since the previous call; starts a new period at the
+    /// current values.
+    pub fn take_peak(&self, pid: u32) -> (f64, f64) {
+        let (r, p) = memory_kib(&process_tree(pid));
+        let rss = self.peak_rss.swap(r, Ordering::Relaxed).max(r);
+        let pss = self.peak_pss.swap(p, Ordering::Relaxed).max(p);
+        (rss as f64 / 1024.0, pss as f64 / 1024.0)
     }
 }
 
@@ -392,12 +406,13 @@ async fn measure(
         }
     }
     let sampler = Sampler::start(pid);
-    let idle_rss = sampler.take_peak(pid);
+    let (idle_rss, idle_pss) = sampler.take_peak(pid);
     let mut out = json!({
         "master": kind.name(),
         "minions": n,
         "master_processes": process_tree(pid).len(),
         "idle_rss_mib": idle_rss,
+        "idle_pss_mib": idle_pss,
         "budget_secs": opts.budget.as_secs_f64(),
     });
 
@@ -419,6 +434,7 @@ async fn measure(
     let ready = swarm.wait_for("ready", deadline, &mut progress).await;
     let cpu1 = cpu_secs(&process_tree(pid));
     let swarm_cpu1 = cpu_secs(&[swarm.pid()]);
+    let peak = sampler.take_peak(pid);
     out["auth"] = json!({
         "secs": ready.as_ref().map(|r| r["secs"].clone()),
         "did_not_finish": ready.is_none(),
@@ -426,7 +442,8 @@ async fn measure(
         "master_cpu_secs": cpu1 - cpu_after_keys,
         "master_cpu_secs_incl_swarm_start": cpu1 - cpu0,
         "swarm_cpu_secs": swarm_cpu1 - swarm_cpu0,
-        "peak_rss_mib": sampler.take_peak(pid),
+        "peak_rss_mib": peak.0,
+        "peak_pss_mib": peak.1,
     });
     eprintln!("[{} N={n}] auth: {}", kind.name(), out["auth"]);
     if ready.is_none() {
@@ -501,6 +518,7 @@ async fn measure(
     let cpu1 = cpu_secs(&process_tree(pid));
     let swarm_cpu1 = cpu_secs(&[swarm.pid()]);
     let phase_secs = phase_start.elapsed().as_secs_f64();
+    let peak = sampler.take_peak(pid);
     out["publish"] = json!({
         "completed": samples.len(),
         "requested": opts.publishes,
@@ -513,7 +531,8 @@ async fn measure(
         "master_cpu_secs": cpu1 - cpu0,
         "master_cpu_secs_per_publish": (cpu1 - cpu0) / (samples.len().max(1) as f64),
         "swarm_cpu_secs": swarm_cpu1 - swarm_cpu0,
-        "peak_rss_mib": sampler.take_peak(pid),
+        "peak_rss_mib": peak.0,
+        "peak_pss_mib": peak.1,
     });
     eprintln!(
         "[{} N={n}] publish: p50 {:?} p99 {:?} ({} of {})",
@@ -524,9 +543,6 @@ async fn measure(
         opts.publishes
     );
     drop(listener);
-    if out["publish"]["did_not_finish"] != Json::Null {
-        return Ok(out);
-    }
 
     // 3. Sustained events.
     let mut events = BusClient::new(cfg.max_event_size as usize)
@@ -578,6 +594,7 @@ async fn measure(
             &mut last,
         )
         .await;
+    let peak = sampler.take_peak(pid);
     out["events"] = json!({
         "offered_per_sec": opts.events_per_sec,
         "per_minion_rate": per_minion,
@@ -591,7 +608,8 @@ async fn measure(
         "phase_secs": elapsed,
         "master_cpu_secs": cpu1 - cpu0,
         "swarm_cpu_secs": swarm_cpu1 - swarm_cpu0,
-        "peak_rss_mib": sampler.take_peak(pid),
+        "peak_rss_mib": peak.0,
+        "peak_pss_mib": peak.1,
         "swarm_stats": stats,
     });
     eprintln!("[{} N={n}] events: {}", kind.name(), out["events"]);
@@ -621,8 +639,43 @@ fn fmt_secs(v: &Json) -> String {
     }
 }
 
+/// The largest `key` over the three phases of a result.
+fn max_peak(r: &Json, key: &str) -> Json {
+    let peak = ["auth", "publish", "events"]
+        .iter()
+        .filter_map(|p| r[*p][key].as_f64())
+        .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
+    json!(peak)
+}
+
+/// How a cell's value came out.
+enum Cell {
+    /// A figure.
+    Value(Json),
+    /// The phase ran out of budget; `partial` is the figure over what did finish, if any,
+    /// with how much finished.
+    DidNotFinish { partial: Option<(Json, String)> },
+}
+
+fn publish_cell(r: &Json, key: &str) -> Cell {
+    let p = &r["publish"];
+    if p["did_not_finish"] == Json::Null {
+        return Cell::Value(p[key].clone());
+    }
+    let done = p["completed"].as_u64().unwrap_or(0);
+    let partial = (done > 0).then(|| {
+        (
+            p[key].clone(),
+            format!("{done} of {}", p["requested"].as_u64().unwrap_or(0)),
+        )
+    });
+    Cell::DidNotFinish { partial }
+}
+
 /// The Markdown table of a set of results: one row per measure and count, Halite, stock,
-/// and stock ÷ Halite.
+/// and the ratio in Halite's favour (stock ÷ Halite for times, CPU and memory; Halite ÷
+/// stock for rates). When stock ran out of budget, the ratio uses what it finished and is
+/// marked `≥`.
 pub fn table(results: &[Json]) -> String {
     let find = |kind: &str, n: u64| {
         results
@@ -635,99 +688,104 @@ pub fn table(results: &[Json]) -> String {
         .collect();
     counts.sort_unstable();
     counts.dedup();
-    type Getter = fn(&Json) -> (Json, bool);
+    type Getter = fn(&Json) -> Cell;
     let rows: Vec<(&str, Getter, bool)> = vec![
         (
             "auth storm, wall",
             |r| {
-                (
-                    r["auth"]["secs"].clone(),
-                    r["auth"]["did_not_finish"] == true,
-                )
+                if r["auth"]["did_not_finish"] == true {
+                    Cell::DidNotFinish { partial: None }
+                } else {
+                    Cell::Value(r["auth"]["secs"].clone())
+                }
             },
             true,
         ),
         (
             "auth storm, master CPU",
-            |r| (r["auth"]["master_cpu_secs"].clone(), false),
+            |r| Cell::Value(r["auth"]["master_cpu_secs"].clone()),
             true,
         ),
         (
             "publish → all returns p50",
-            |r| {
-                (
-                    r["publish"]["p50_secs"].clone(),
-                    r["publish"]["did_not_finish"] != Json::Null,
-                )
-            },
+            |r| publish_cell(r, "p50_secs"),
             true,
         ),
         (
             "publish → all returns p99",
-            |r| {
-                (
-                    r["publish"]["p99_secs"].clone(),
-                    r["publish"]["did_not_finish"] != Json::Null,
-                )
-            },
+            |r| publish_cell(r, "p99_secs"),
             true,
         ),
         (
             "master CPU per publish",
-            |r| (r["publish"]["master_cpu_secs_per_publish"].clone(), false),
+            |r| Cell::Value(r["publish"]["master_cpu_secs_per_publish"].clone()),
             true,
         ),
         (
             "events delivered /s",
-            |r| (r["events"]["delivered_per_sec"].clone(), false),
+            |r| Cell::Value(r["events"]["delivered_per_sec"].clone()),
             false,
         ),
         (
             "event latency p99",
-            |r| (r["events"]["p99_latency_secs"].clone(), false),
+            |r| Cell::Value(r["events"]["p99_latency_secs"].clone()),
             true,
         ),
         (
             "master peak RSS (MiB)",
-            |r| {
-                let peaks = ["auth", "publish", "events"]
-                    .iter()
-                    .filter_map(|p| r[*p]["peak_rss_mib"].as_f64())
-                    .fold(None, |m: Option<f64>, x| Some(m.map_or(x, |m| m.max(x))));
-                (json!(peaks), false)
-            },
+            |r| Cell::Value(max_peak(r, "peak_rss_mib")),
+            true,
+        ),
+        (
+            "master peak PSS (MiB)",
+            |r| Cell::Value(max_peak(r, "peak_pss_mib")),
             true,
         ),
     ];
     let mut md = String::from(
-        "| N | measure | Halite | stock Salt | stock ÷ Halite |\n|---|---|---|---|---|\n",
+        "| N | measure | Halite | stock Salt | ratio for Halite |\n|---|---|---|---|---|\n",
     );
     for n in counts {
         for (name, get, lower_is_better) in &rows {
-            let cell = |r: Option<&Json>| -> (String, Option<f64>) {
-                let Some(r) = r else {
-                    return ("not run".into(), None);
-                };
-                let (v, dnf) = get(r);
-                if dnf {
-                    let budget = r["budget_secs"].as_f64().unwrap_or(0.0);
-                    return (format!("did not finish in {budget:.0} s"), None);
-                }
-                let text = if name.contains("RSS") || name.contains("/s") {
+            let fmt = |v: &Json| -> String {
+                if name.contains("SS (MiB)") || name.contains("/s") {
                     v.as_f64().map_or("–".into(), |x| format!("{x:.0}"))
                 } else if name.contains("CPU") {
                     v.as_f64().map_or("–".into(), |x| format!("{x:.3} s"))
                 } else {
-                    fmt_secs(&v)
-                };
-                (text, v.as_f64())
+                    fmt_secs(v)
+                }
             };
-            let (h, hv) = cell(find("halite", n));
-            let (st, sv) = cell(find("stock", n));
+            // (text, value, value is a lower bound of the real figure)
+            let cell = |r: Option<&Json>| -> (String, Option<f64>, bool) {
+                let Some(r) = r else {
+                    return ("not run".into(), None, false);
+                };
+                let budget = r["budget_secs"].as_f64().unwrap_or(0.0);
+                match get(r) {
+                    Cell::Value(v) => (fmt(&v), v.as_f64(), false),
+                    Cell::DidNotFinish { partial: None } => {
+                        (format!("did not finish in {budget:.0} s"), None, false)
+                    }
+                    Cell::DidNotFinish {
+                        partial: Some((v, done)),
+                    } => (
+                        format!(
+                            "{} ({done} done, then out of the {budget:.0} s budget)",
+                            fmt(&v)
+                        ),
+                        v.as_f64(),
+                        true,
+                    ),
+                }
+            };
+            let (h, hv, _) = cell(find("halite", n));
+            let (st, sv, stock_partial) = cell(find("stock", n));
             let ratio = match (hv, sv) {
                 (Some(h), Some(s)) if h > 0.0 && s > 0.0 => {
                     let r = if *lower_is_better { s / h } else { h / s };
-                    format!("{r:.1}×")
+                    let ge = if stock_partial { "≥ " } else { "" };
+                    format!("{ge}{r:.1}×")
                 }
                 _ => "–".into(),
             };
@@ -773,23 +831,27 @@ mod tests {
     #[test]
     fn table_has_ratios_and_did_not_finish_cells() {
         let halite = json!({"master": "halite", "minions": 100, "budget_secs": 60.0,
-            "auth": {"secs": 0.5, "did_not_finish": false, "master_cpu_secs": 0.2, "peak_rss_mib": 20.0},
-            "publish": {"p50_secs": 0.01, "p99_secs": 0.02, "did_not_finish": null, "master_cpu_secs_per_publish": 0.001, "peak_rss_mib": 22.0},
+            "auth": {"secs": 0.5, "did_not_finish": false, "master_cpu_secs": 0.2, "peak_rss_mib": 20.0, "peak_pss_mib": 19.0},
+            "publish": {"p50_secs": 0.01, "p99_secs": 0.02, "did_not_finish": null, "completed": 20, "requested": 20,
+                        "master_cpu_secs_per_publish": 0.001, "peak_rss_mib": 22.0, "peak_pss_mib": 21.0},
             "events": {"delivered_per_sec": 100.0, "p99_latency_secs": 0.005, "peak_rss_mib": 21.0}});
         let stock = json!({"master": "stock", "minions": 100, "budget_secs": 60.0,
-            "auth": {"secs": null, "did_not_finish": true, "master_cpu_secs": 30.0, "peak_rss_mib": 900.0}});
-        let md = table(&[halite, stock]);
-        assert!(
-            md.contains("| 100 | auth storm, wall | 500.0 ms | did not finish in 60 s | – |"),
-            "{md}"
-        );
-        assert!(
-            md.contains("| 100 | auth storm, master CPU | 0.200 s | 30.000 s | 150.0× |"),
-            "{md}"
-        );
-        assert!(
-            md.contains("| 100 | master peak RSS (MiB) | 22 | 900 | 40.9× |"),
-            "{md}"
-        );
+            "auth": {"secs": 5.0, "did_not_finish": false, "master_cpu_secs": 30.0, "peak_rss_mib": 900.0},
+            "publish": {"p50_secs": 2.0, "p99_secs": 3.0, "did_not_finish": {"publish": 3}, "completed": 3, "requested": 20},
+            "events": {"delivered_per_sec": 50.0}});
+        let slow = json!({"master": "stock", "minions": 200, "budget_secs": 60.0,
+            "auth": {"secs": null, "did_not_finish": true}});
+        let md = table(&[halite, stock, slow]);
+        for row in [
+            "| 100 | auth storm, wall | 500.0 ms | 5.00 s | 10.0× |",
+            "| 100 | auth storm, master CPU | 0.200 s | 30.000 s | 150.0× |",
+            "| 100 | publish → all returns p50 | 10.0 ms | 2.00 s (3 of 20 done, then out of the 60 s budget) | ≥ 200.0× |",
+            "| 100 | events delivered /s | 100 | 50 | 2.0× |",
+            "| 100 | master peak RSS (MiB) | 22 | 900 | 40.9× |",
+            "| 100 | master peak PSS (MiB) | 21 | – | – |",
+            "| 200 | auth storm, wall | not run | did not finish in 60 s | – |",
+        ] {
+            assert!(md.contains(row), "missing {row} in\n{md}");
+        }
     }
 }

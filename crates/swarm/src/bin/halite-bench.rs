@@ -52,6 +52,9 @@ struct Cli {
     /// Where to write the JSON results.
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Print the table of an earlier results file (as written by --out) and exit.
+    #[arg(long, value_name = "RESULTS_JSON")]
+    table: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -70,6 +73,17 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> Result<(), String> {
+    if let Some(path) = &cli.table {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("reading {}: {e}", path.display()))?;
+        let doc: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        let results = doc["results"]
+            .as_array()
+            .ok_or_else(|| format!("{} has no results list", path.display()))?;
+        println!("{}", table(results));
+        return Ok(());
+    }
     let masters = cli
         .masters
         .iter()
