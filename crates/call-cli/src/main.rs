@@ -78,18 +78,6 @@ struct Cli {
     rest: Vec<String>,
 }
 
-fn level(salt_level: &str) -> &'static str {
-    match salt_level.to_ascii_lowercase().as_str() {
-        "all" | "garbage" | "trace" => "trace",
-        "debug" | "profile" => "debug",
-        "info" => "info",
-        "warning" | "warn" => "warn",
-        "error" | "critical" => "error",
-        "quiet" => "off",
-        _ => "warn",
-    }
-}
-
 /// How the return is printed.
 struct Printer {
     cli_out: Option<String>,
@@ -213,11 +201,7 @@ fn main() -> ExitCode {
             return ExitCode::from(EX_CONFIG);
         }
     };
-    let filter = level(cli.log_level.as_deref().unwrap_or(cfg.log_level.as_str()));
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(filter)
-        .init();
+    halite_daemon::init_cli_logging(cli.log_level.as_deref().unwrap_or(cfg.log_level.as_str()));
     if let Some(id) = &cli.id {
         cfg.id = id.clone();
         value::set(&mut cfg.raw, "id", s(id.as_str()));

@@ -124,18 +124,7 @@ fn subcommand_at(words: &[&str]) -> Option<usize> {
 }
 
 fn run(cli: EventCli) -> u8 {
-    let filter = match cli.log_level.as_str() {
-        "all" | "garbage" | "trace" => "trace",
-        "debug" | "profile" => "debug",
-        "info" => "info",
-        "error" | "critical" => "error",
-        "quiet" => "off",
-        _ => "warn",
-    };
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(filter)
-        .init();
+    halite_daemon::init_cli_logging(&cli.log_level);
     let cfg = match MasterConfig::load(&cli.config_dir) {
         Ok(c) => c,
         Err(e) => {

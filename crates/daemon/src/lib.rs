@@ -1,5 +1,6 @@
 //! What every Halite binary's `main` does the same way: Salt's log levels mapped onto
-//! `tracing`, console + log-file logging, and a shutdown token cancelled by SIGINT/SIGTERM.
+//! `tracing`, console + log-file logging for daemons and stderr logging for the CLIs, and a
+//! shutdown token cancelled by SIGINT/SIGTERM.
 //!
 //! What it does not do: read configuration or decide exit codes (each binary does).
 
@@ -50,6 +51,14 @@ pub fn init_logging(console: &str, file_level: &str, log_file: &Path) {
                 .with_filter(EnvFilter::new(salt_level(console))),
         )
         .with(file_layer)
+        .init();
+}
+
+/// Logs to stderr only, at the Salt level `console`: what the command-line tools do.
+pub fn init_cli_logging(console: &str) {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(salt_level(console))
         .init();
 }
 

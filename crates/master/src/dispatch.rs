@@ -311,12 +311,13 @@ impl Master {
                 return envelope::ret_reply(&self.key, req, Value::from(false));
             }
         };
-        let aes = self.publisher.aes();
+        let (aes, aes_sig) = self.publisher.auth_keys()?;
         let keys = AcceptKeys {
             master_pub: &self.pub_clean,
             publish_port: self.cfg.publish_port,
             aes: aes.key_string(),
             session: session.key_string(),
+            aes_sig: &aes_sig,
         };
         envelope::accept_reply(&self.key, &key.public, req, &keys)
     }

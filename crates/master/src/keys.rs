@@ -22,6 +22,9 @@ pub struct AcceptedKey {
     pub pem: String,
     /// The parsed key.
     pub public: PublicKey,
+    /// The accepted file's mtime and length when the index read it (`None`: indexed by the
+    /// auth path, which read the file itself).
+    stamp: Mutex<Option<FileStamp>>,
     /// The last `tok` that verified: X9.31 is deterministic, so a repeat is compared
     /// byte-for-byte instead of doing the RSA operation again.
     verified_tok: Mutex<Option<Vec<u8>>>,
@@ -33,6 +36,7 @@ impl AcceptedKey {
         Some(Self {
             pem: clean_key(pem),
             public,
+            stamp: Mutex::new(None),
             verified_tok: Mutex::new(None),
         })
     }
@@ -54,6 +58,16 @@ impl AcceptedKey {
     }
 }
 
+/// How long a key directory must be unchanged before its mtime is trusted to cover it.
+const SETTLE_TIME: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// What identifies one version of a key file without reading it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileStamp {
+    modified: SystemTime,
+    len: u64,
+}
+
 /// A change seen by [`KeyIndex::refresh`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KeyChange {
@@ -67,7 +81,8 @@ pub enum KeyChange {
 pub struct KeyIndex {
     store: KeyStore,
     accepted: RwLock<HashMap<String, Arc<AcceptedKey>>>,
-    ids: RwLock<Arc<BTreeSet<String>>>,
+    /// A sorted snapshot of the accepted ids; `None` once the index changed.
+    ids: RwLock<Option<Arc<BTreeSet<String>>>>,
     mtimes: Mutex<Vec<Option<SystemTime>>>,
     /// The ids the last directory listing found in `minions/`: `salt/key` accept events
     /// come from this listing, whatever path (auth or refresh) filled the index first.
@@ -87,7 +102,7 @@ impl KeyIndex {
         let idx = Self {
             store,
             accepted: RwLock::new(HashMap::new()),
-            ids: RwLock::new(Arc::new(BTreeSet::new())),
+            ids: RwLock::new(None),
             mtimes: Mutex::new(vec![None; WATCHED.len()]),
             listed: Mutex::new(BTreeSet::new()),
         };
@@ -114,28 +129,40 @@ impl KeyIndex {
     /// Records a key the auth path just accepted, so the minion's next request finds it.
     /// `None` when the PEM does not parse.
     pub fn insert(&self, id: &str, pem: &str) -> Option<Arc<AcceptedKey>> {
+        if let Some(k) = self.accepted.read().ok()?.get(id) {
+            if k.pem == clean_key(pem) {
+                return Some(k.clone());
+            }
+        }
         let key = Arc::new(AcceptedKey::new(pem)?);
         let mut map = self.accepted.write().unwrap_or_else(|e| e.into_inner());
-        let is_new = map.insert(id.to_owned(), key.clone()).is_none();
-        drop(map);
-        if is_new {
-            let mut ids = self.ids.write().unwrap_or_else(|e| e.into_inner());
-            let mut v = (**ids).clone();
-            v.insert(id.to_owned());
-            *ids = Arc::new(v);
+        if map.insert(id.to_owned(), key.clone()).is_none() {
+            // The snapshot is rebuilt when next read: copying it per sign-in made an auth
+            // storm quadratic.
+            *self.ids.write().unwrap_or_else(|e| e.into_inner()) = None;
         }
         Some(key)
     }
 
     /// The ids of accepted minions.
     pub fn accepted_ids(&self) -> Arc<BTreeSet<String>> {
-        self.ids.read().unwrap_or_else(|e| e.into_inner()).clone()
+        if let Some(ids) = &*self.ids.read().unwrap_or_else(|e| e.into_inner()) {
+            return ids.clone();
+        }
+        let map = self.accepted.read().unwrap_or_else(|e| e.into_inner());
+        let ids = Arc::new(map.keys().cloned().collect::<BTreeSet<String>>());
+        *self.ids.write().unwrap_or_else(|e| e.into_inner()) = Some(ids.clone());
+        ids
     }
 
     /// Rescans the state directories if any changed since the last call and returns what
     /// changed in `minions/`.
+    ///
+    /// Runs beside the auth path, which writes and indexes keys while the listing is taken:
+    /// an indexed id missing from the listing is only reported removed after a read of its
+    /// file says it is no longer accepted, and only new or rewritten files are read.
     pub fn refresh(&self) -> Vec<KeyChange> {
-        let now: Vec<Option<SystemTime>> = WATCHED
+        let dirs: Vec<Option<SystemTime>> = WATCHED
             .iter()
             .map(|s| {
                 std::fs::metadata(self.store.pki_dir().join(s.dir_name()))
@@ -145,62 +172,117 @@ impl KeyIndex {
             .collect();
         {
             let mut last = self.mtimes.lock().unwrap_or_else(|e| e.into_inner());
-            if *last == now && now.iter().all(Option::is_some) {
+            if *last == dirs && dirs.iter().all(Option::is_some) {
                 return Vec::new();
             }
-            *last = now;
-        }
-        let on_disk: Vec<String> = self.store.list(KeyState::Accepted).unwrap_or_default();
-        let mut changes = Vec::new();
-        let mut map = self.accepted.write().unwrap_or_else(|e| e.into_inner());
-        let disk_set: std::collections::HashSet<&str> =
-            on_disk.iter().map(String::as_str).collect();
-        let gone: Vec<String> = map
-            .keys()
-            .filter(|k| !disk_set.contains(k.as_str()))
-            .cloned()
-            .collect();
-        let mut listed = self.listed.lock().unwrap_or_else(|e| e.into_inner());
-        let mut removed: BTreeSet<String> = listed
-            .iter()
-            .filter(|k| !disk_set.contains(k.as_str()))
-            .cloned()
-            .collect();
-        for id in gone {
-            map.remove(&id);
-            removed.insert(id);
-        }
-        changes.extend(removed.into_iter().map(KeyChange::Removed));
-        changes.extend(
-            on_disk
+            // Directory mtimes come from a coarse clock: a key written in the same tick as
+            // this listing would leave the mtime unchanged, so a directory changed within
+            // the last second is listed again on the next call.
+            let now = SystemTime::now();
+            let settled = dirs
                 .iter()
-                .filter(|id| !listed.contains(*id))
-                .cloned()
-                .map(KeyChange::Accepted),
-        );
-        *listed = on_disk.iter().cloned().collect();
-        drop(listed);
-        for id in &on_disk {
-            let pem = match self.store.get(id) {
-                Ok(Some((KeyState::Accepted, pem))) => pem,
-                _ => continue,
+                .flatten()
+                .all(|t| now.duration_since(*t).is_ok_and(|age| age >= SETTLE_TIME));
+            *last = if settled {
+                dirs
+            } else {
+                vec![None; WATCHED.len()]
             };
-            let changed = map
-                .get(id)
-                .map(|k| k.pem != clean_key(&pem))
-                .unwrap_or(true);
-            if changed {
-                if let Some(k) = AcceptedKey::new(&pem) {
-                    map.insert(id.clone(), Arc::new(k));
-                } else {
-                    tracing::error!("Corrupt or missing public key \"{id}\"");
+        }
+        let on_disk: BTreeSet<String> = self
+            .store
+            .list(KeyState::Accepted)
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
+        let still_accepted =
+            |id: &str| matches!(self.store.get(id), Ok(Some((KeyState::Accepted, _))));
+
+        let mut listed = self.listed.lock().unwrap_or_else(|e| e.into_inner());
+        let indexed: Vec<(String, Arc<AcceptedKey>)> = self
+            .accepted
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(id, k)| (id.clone(), k.clone()))
+            .collect();
+        let unlisted: BTreeSet<&str> = listed
+            .iter()
+            .map(String::as_str)
+            .chain(indexed.iter().map(|(id, _)| id.as_str()))
+            .filter(|id| !on_disk.contains(*id))
+            .collect();
+        let removed: Vec<String> = unlisted
+            .into_iter()
+            .filter(|id| !still_accepted(id))
+            .map(str::to_owned)
+            .collect();
+        let accepted_events: Vec<String> = on_disk
+            .iter()
+            .filter(|id| !listed.contains(*id))
+            .cloned()
+            .collect();
+        *listed = on_disk.clone();
+        drop(listed);
+
+        // Files that are new to the index or were rewritten since it read them. Keys the
+        // auth path indexed are read once more, to learn their stamp; the PEM is only
+        // parsed when its text differs from the index's.
+        let indexed: HashMap<&str, &Arc<AcceptedKey>> =
+            indexed.iter().map(|(id, k)| (id.as_str(), k)).collect();
+        let mut fresh = Vec::new();
+        for id in &on_disk {
+            let stamp = self.stamp(id);
+            let known = indexed.get(id.as_str());
+            if stamp.is_some()
+                && known
+                    .is_some_and(|k| *k.stamp.lock().unwrap_or_else(|e| e.into_inner()) == stamp)
+            {
+                continue;
+            }
+            let Ok(Some((KeyState::Accepted, pem))) = self.store.get(id) else {
+                continue;
+            };
+            match known {
+                Some(k) if k.pem == clean_key(&pem) => {
+                    *k.stamp.lock().unwrap_or_else(|e| e.into_inner()) = stamp;
                 }
+                _ => match AcceptedKey::new(&pem) {
+                    Some(k) => {
+                        *k.stamp.lock().unwrap_or_else(|e| e.into_inner()) = stamp;
+                        fresh.push((id.clone(), k));
+                    }
+                    None => tracing::error!("Corrupt or missing public key \"{id}\""),
+                },
             }
         }
-        let ids: BTreeSet<String> = map.keys().cloned().collect();
+
+        let mut map = self.accepted.write().unwrap_or_else(|e| e.into_inner());
+        for id in &removed {
+            map.remove(id);
+        }
+        for (id, k) in fresh {
+            map.insert(id, Arc::new(k));
+        }
+        *self.ids.write().unwrap_or_else(|e| e.into_inner()) = None;
         drop(map);
-        *self.ids.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(ids);
+
+        let mut changes: Vec<KeyChange> = removed.into_iter().map(KeyChange::Removed).collect();
+        changes.extend(accepted_events.into_iter().map(KeyChange::Accepted));
         changes
+    }
+
+    fn stamp(&self, id: &str) -> Option<FileStamp> {
+        let path = self
+            .store
+            .pki_dir()
+            .join(KeyState::Accepted.dir_name())
+            .join(id);
+        let meta = std::fs::metadata(path).ok()?;
+        Some(FileStamp {
+            modified: meta.modified().ok()?,
+            len: meta.len(),
+        })
     }
 }
 
@@ -216,6 +298,54 @@ mod tests {
             .unwrap()
             .to_pem()
             .unwrap()
+    }
+
+    #[test]
+    fn keys_accepted_while_a_refresh_lists_the_directory_are_never_reported_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = KeyStore::open(dir.path()).unwrap();
+        let idx = Arc::new(KeyIndex::load(KeyStore::open(dir.path()).unwrap()));
+        let pems: Vec<String> = (0..4).map(|_| pem()).collect();
+        // A long directory listing widens the window in which the auth path can add keys.
+        for n in 0..3000 {
+            store
+                .put(
+                    &format!("old{n}"),
+                    KeyState::Accepted,
+                    &pems[n % pems.len()],
+                )
+                .unwrap();
+        }
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let refresher = {
+            let (idx, done) = (idx.clone(), done.clone());
+            std::thread::spawn(move || {
+                let mut changes = Vec::new();
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    *idx.mtimes.lock().unwrap() = vec![None; WATCHED.len()];
+                    changes.extend(idx.refresh());
+                }
+                changes
+            })
+        };
+        // The auth path: store the key file, then index it, like `accept` does.
+        for n in 0..300 {
+            let id = format!("m{n}");
+            store
+                .put(&id, KeyState::Accepted, &pems[n % pems.len()])
+                .unwrap();
+            idx.insert(&id, &pems[n % pems.len()]).unwrap();
+        }
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        let changes = refresher.join().unwrap();
+        let removed: Vec<_> = changes
+            .iter()
+            .filter(|c| matches!(c, KeyChange::Removed(_)))
+            .collect();
+        assert!(removed.is_empty(), "{removed:?}");
+        *idx.mtimes.lock().unwrap() = vec![None; WATCHED.len()];
+        idx.refresh();
+        assert_eq!(idx.accepted_ids().len(), 3300);
     }
 
     #[test]

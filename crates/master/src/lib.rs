@@ -241,6 +241,33 @@ fn make_dir(path: &Path, mode: u32) -> Result<(), Error> {
     Ok(())
 }
 
+/// The transport's socket options from the ZeroMQ options Salt reads: `pub_hwm`,
+/// `zmq_backlog`, and `zmq_heartbeat_ivl` / `zmq_heartbeat_timeout` (ms; Salt reads these
+/// two with `opts.get` outside its option table). Heartbeats are off unless
+/// `zmq_heartbeat_ivl` is set: see `halite_transport::zeromq` for why.
+fn zmq_config(cfg: &MasterConfig) -> ZmqServerConfig {
+    let mut z = ZmqServerConfig::new(&cfg.interface, cfg.ipv6, cfg.ret_port, cfg.publish_port);
+    let int = |name: &str| {
+        cfg.get(name)
+            .and_then(Value::as_i64)
+            .and_then(|v| i32::try_from(v).ok())
+            .filter(|v| *v >= 0)
+    };
+    if let Some(v) = int("pub_hwm") {
+        z.pub_hwm = v;
+    }
+    if let Some(v) = int("zmq_backlog") {
+        z.backlog = v;
+    }
+    if let Some(v) = int("zmq_heartbeat_ivl") {
+        z.heartbeat_ivl_ms = v;
+    }
+    if let Some(v) = int("zmq_heartbeat_timeout") {
+        z.heartbeat_timeout_ms = v;
+    }
+    z
+}
+
 /// Runs the master until `shutdown` is cancelled.
 pub async fn run(cfg: MasterConfig, shutdown: CancellationToken) -> Result<(), Error> {
     make_dir(&cfg.cachedir, 0o755)?;
@@ -283,7 +310,7 @@ pub async fn run(cfg: MasterConfig, shutdown: CancellationToken) -> Result<(), E
         cfg.keep_jobs_seconds,
     );
 
-    let zcfg = ZmqServerConfig::new(&cfg.interface, cfg.ipv6, cfg.ret_port, cfg.publish_port);
+    let zcfg = zmq_config(&cfg);
     let (transport, incoming) = ZmqServer::bind(&zcfg)?;
     let transport = Arc::new(transport);
     let signer = cfg.sign_pub_messages.then(|| {
@@ -291,7 +318,11 @@ pub async fn run(cfg: MasterConfig, shutdown: CancellationToken) -> Result<(), E
             SigAlgo::parse(cfg.publish_signing_algorithm.as_str()).unwrap_or(SigAlgo::Pkcs1v15Sha1);
         (key.clone(), algo)
     });
-    let publisher = Publisher::new(transport.clone() as Arc<dyn ServerTransport>, signer);
+    let publisher = Publisher::new(
+        transport.clone() as Arc<dyn ServerTransport>,
+        key.clone(),
+        signer,
+    );
 
     let master = Arc::new(Master {
         client_keys: write_client_keys(&cfg)?,

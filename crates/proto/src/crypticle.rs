@@ -13,7 +13,7 @@
 use crate::{value, Error, Result, Value};
 use base64::Engine as _;
 use openssl::hash::MessageDigest;
-use openssl::pkey::PKey;
+use openssl::pkey::{PKey, Private};
 use openssl::sign::Signer;
 use openssl::symm::{Cipher, Crypter, Mode};
 
@@ -29,7 +29,9 @@ pub const NONCE_LEN: usize = 32;
 #[derive(Clone)]
 pub struct Crypticle {
     aes: [u8; AES_LEN],
-    hmac: [u8; HMAC_LEN],
+    /// The HMAC-SHA256 key, made into an OpenSSL key once: building it per message cost
+    /// as much as the MAC itself.
+    hmac: PKey<Private>,
     key_string: String,
 }
 
@@ -62,7 +64,7 @@ impl Crypticle {
         hmac.copy_from_slice(&raw[AES_LEN..]);
         Ok(Self {
             aes,
-            hmac,
+            hmac: PKey::hmac(&hmac)?,
             key_string: key_string.to_owned(),
         })
     }
@@ -78,8 +80,7 @@ impl Crypticle {
     }
 
     fn mac(&self, data: &[u8]) -> Result<Vec<u8>> {
-        let key = PKey::hmac(&self.hmac)?;
-        let mut signer = Signer::new(MessageDigest::sha256(), &key)?;
+        let mut signer = Signer::new(MessageDigest::sha256(), &self.hmac)?;
         signer.update(data)?;
         Ok(signer.sign_to_vec()?)
     }

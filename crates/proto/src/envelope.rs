@@ -188,6 +188,15 @@ pub struct AcceptKeys<'a> {
     pub aes: &'a str,
     /// This minion's session key string.
     pub session: &'a str,
+    /// [`aes_key_sig`] of `aes`: the same for every minion until the key rotates, so the
+    /// master computes it once per key instead of once per sign-in.
+    pub aes_sig: &'a [u8],
+}
+
+/// The reply's `sig`: the master's X9.31 signature over the hex SHA-256 of the AES key string
+/// (deterministic, so one value serves every sign-in while the key lasts).
+pub fn aes_key_sig(master: &PrivateKey, aes: &str) -> Result<Vec<u8>> {
+    master.x931_sign(sha256_hex(aes.as_bytes()).as_bytes())
 }
 
 /// The signed success reply (`_auth_impl_sync`, auth_mode 1). A token that fails to decrypt
@@ -216,10 +225,7 @@ pub fn accept_reply(
         s("session"),
         bin(minion_pub.encrypt(keys.session.as_bytes(), req.enc_algo)?),
     ));
-    inner.push((
-        s("sig"),
-        bin(master.x931_sign(sha256_hex(keys.aes.as_bytes()).as_bytes())?),
-    ));
+    inner.push((s("sig"), bin(keys.aes_sig.to_vec())));
     inner.push((s("nonce"), s(req.nonce.clone())));
     signed_clear(master, &Value::Map(inner), req.sig_algo)
 }
@@ -378,6 +384,7 @@ mod tests {
                 publish_port: 4505,
                 aes: &aes,
                 session: &session,
+                aes_sig: &aes_key_sig(master, &aes).unwrap(),
             },
         )
         .unwrap();

@@ -562,8 +562,8 @@ impl PublishKey {
 mod tests {
     use super::*;
     use crate::envelope::{
-        accept_reply, open_aes_request, pillar_reply, publish_frame, ret_reply, seal_reply,
-        AcceptKeys, AuthRequest, Request,
+        accept_reply, aes_key_sig, open_aes_request, pillar_reply, publish_frame, ret_reply,
+        seal_reply, AcceptKeys, AuthRequest, Request,
     };
     use crate::value::map;
     use std::sync::OnceLock;
@@ -921,6 +921,7 @@ mod tests {
         let req = AuthRequest::parse(&load).unwrap();
         let reply = if accept {
             let mpub = pem_of(master);
+            let aes = crypticle::generate_key_string();
             accept_reply(
                 master,
                 &PublicKey::from_pem(req.pub_pem.as_bytes()).unwrap(),
@@ -928,8 +929,9 @@ mod tests {
                 &AcceptKeys {
                     master_pub: &mpub,
                     publish_port: 4505,
-                    aes: &crypticle::generate_key_string(),
+                    aes: &aes,
                     session: &crypticle::generate_key_string(),
+                    aes_sig: &aes_key_sig(master, &aes).unwrap(),
                 },
             )
             .unwrap()

@@ -17,8 +17,8 @@ use chrono::{DateTime, Utc};
 use halite_proto::auth::{decide, Decision, KeyState, Policy, Store};
 use halite_proto::crypticle::{self, Crypticle};
 use halite_proto::envelope::{
-    accept_reply, open_aes_request, pillar_reply, publish_frame, ret_reply, seal_reply, sha256_hex,
-    AcceptKeys, AuthLoadError, AuthRequest, Request,
+    accept_reply, aes_key_sig, open_aes_request, pillar_reply, publish_frame, ret_reply,
+    seal_reply, sha256_hex, AcceptKeys, AuthLoadError, AuthRequest, Request,
 };
 use halite_proto::event::{self, decode_pub_stream, Frame, PullFrame};
 use halite_proto::pem::{clean_key, pem_finger};
@@ -754,6 +754,7 @@ fn halite_accept(request_wire: &[u8], master_key: &PrivateKey, aes: &str, sessio
         publish_port: 4505,
         aes,
         session,
+        aes_sig: &aes_key_sig(master_key, aes).unwrap(),
     };
     accept_reply(
         master_key,

@@ -85,6 +85,8 @@ pub struct BenchOptions {
     pub swarm_bin: PathBuf,
     /// Minion key cache.
     pub keys_dir: PathBuf,
+    /// RSA size of the swarm's minion keys (`halite-swarm --key-bits`).
+    pub swarm_key_bits: u32,
     /// `--auth-concurrency` of the swarm.
     pub auth_concurrency: usize,
     /// `--connections` of the swarm.
@@ -256,6 +258,7 @@ impl Swarm {
             .args(["--master", &format!("127.0.0.1:{ret_port}")])
             .arg("--keys-dir")
             .arg(&opts.keys_dir)
+            .args(["--key-bits", &opts.swarm_key_bits.to_string()])
             .args(["--auth-concurrency", &opts.auth_concurrency.to_string()])
             .args(["--connections", &opts.connections.to_string()])
             .args(["--threads", &opts.swarm_threads.to_string()])
@@ -346,7 +349,18 @@ impl Drop for Swarm {
 }
 
 /// One master, one count: the figures of every phase, as JSON.
-pub async fn run_one(opts: &BenchOptions, kind: MasterKind, n: usize) -> Result<Json, Error> {
+///
+/// The run's directory is handed to `spent` instead of being deleted: on ext4 without a
+/// journal, deleting tens of thousands of files makes every file creation of the next few
+/// minutes scan the recently freed inodes (`recently_deleted`), which would tax the next
+/// master's key and session writes with the previous run's clean-up. The caller deletes
+/// them when every run is over.
+pub async fn run_one(
+    opts: &BenchOptions,
+    kind: MasterKind,
+    n: usize,
+    spent: &mut Vec<TempRoot>,
+) -> Result<Json, Error> {
     let root = TempRoot::with_master_extra(&opts.master_yaml);
     let master = match kind {
         MasterKind::Halite => start_halite_master(&root),
@@ -354,7 +368,7 @@ pub async fn run_one(opts: &BenchOptions, kind: MasterKind, n: usize) -> Result<
     };
     let result = measure(opts, kind, n, &root, &master).await;
     drop(master);
-    drop(root);
+    spent.push(root);
     result
 }
 

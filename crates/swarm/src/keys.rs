@@ -52,11 +52,22 @@ pub struct KeyCounts {
     pub generated: usize,
 }
 
+/// Where keys of `bits` bits are cached under `base`: `base` itself for [`KEY_BITS`] (Salt's
+/// `keysize`), `base/rsa<bits>` for any other size.
+pub fn cache_dir(base: &Path, bits: u32) -> PathBuf {
+    if bits == KEY_BITS {
+        base.to_owned()
+    } else {
+        base.join(format!("rsa{bits}"))
+    }
+}
+
 /// Loads the key of every id from `dir`, generating (and caching) the missing ones, on
 /// `threads` OS threads. The result is in the order of `ids`.
 pub fn load_or_generate(
     dir: &Path,
     ids: &[String],
+    bits: u32,
     threads: usize,
 ) -> Result<(Vec<MinionKey>, KeyCounts), Error> {
     std::fs::create_dir_all(dir).map_err(|e| Error::Io {
@@ -73,7 +84,7 @@ pub fn load_or_generate(
             scope.spawn(|| loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 let Some(id) = ids.get(i) else { break };
-                let r = load_one(dir, id, &generated);
+                let r = load_one(dir, id, bits, &generated);
                 if let Ok(mut slots) = results.lock() {
                     slots[i] = Some(r);
                 }
@@ -97,7 +108,7 @@ pub fn load_or_generate(
     ))
 }
 
-fn load_one(dir: &Path, id: &str, generated: &AtomicUsize) -> Result<MinionKey, Error> {
+fn load_one(dir: &Path, id: &str, bits: u32, generated: &AtomicUsize) -> Result<MinionKey, Error> {
     let pem_path = dir.join(format!("{id}.pem"));
     let tok_path = dir.join(format!("{id}.tok"));
     let key = match std::fs::read(&pem_path) {
@@ -106,7 +117,7 @@ fn load_one(dir: &Path, id: &str, generated: &AtomicUsize) -> Result<MinionKey, 
             source: e,
         })?,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let key = PrivateKey::generate(KEY_BITS).map_err(|e| Error::Key {
+            let key = PrivateKey::generate(bits).map_err(|e| Error::Key {
                 path: pem_path.clone(),
                 source: e,
             })?;
@@ -190,7 +201,7 @@ mod tests {
     fn keys_are_generated_once_then_loaded_with_a_valid_tok() {
         let dir = tempfile::tempdir().unwrap();
         let ids = minion_ids("k", 2).unwrap();
-        let (first, counts) = load_or_generate(dir.path(), &ids, 2).unwrap();
+        let (first, counts) = load_or_generate(dir.path(), &ids, KEY_BITS, 2).unwrap();
         assert_eq!(
             counts,
             KeyCounts {
@@ -198,7 +209,7 @@ mod tests {
                 generated: 2
             }
         );
-        let (again, counts) = load_or_generate(dir.path(), &ids, 1).unwrap();
+        let (again, counts) = load_or_generate(dir.path(), &ids, KEY_BITS, 1).unwrap();
         assert_eq!(
             counts,
             KeyCounts {
@@ -221,13 +232,13 @@ mod tests {
     fn a_corrupt_tok_is_recomputed_and_a_corrupt_key_is_an_error() {
         let dir = tempfile::tempdir().unwrap();
         let ids = minion_ids("c", 1).unwrap();
-        let (keys, _) = load_or_generate(dir.path(), &ids, 1).unwrap();
+        let (keys, _) = load_or_generate(dir.path(), &ids, KEY_BITS, 1).unwrap();
         std::fs::write(dir.path().join("c0.tok"), b"junk").unwrap();
-        let (again, _) = load_or_generate(dir.path(), &ids, 1).unwrap();
+        let (again, _) = load_or_generate(dir.path(), &ids, KEY_BITS, 1).unwrap();
         assert_eq!(again[0].tok, keys[0].tok);
         std::fs::write(dir.path().join("c0.pem"), b"not a key").unwrap();
         assert!(matches!(
-            load_or_generate(dir.path(), &ids, 1),
+            load_or_generate(dir.path(), &ids, KEY_BITS, 1),
             Err(Error::Key { .. })
         ));
     }

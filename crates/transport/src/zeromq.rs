@@ -7,9 +7,14 @@
 //! minions see back-pressure instead of the master growing without bound.
 //!
 //! Socket options follow Salt (`salt/transport/zeromq.py`): ROUTER_HANDOVER, TCP keepalive
-//! 60/15/3 on the ROUTER, backlog `zmq_backlog`, ZMTP heartbeats (`zmq_heartbeat_ivl` /
-//! `zmq_heartbeat_timeout`), `pub_hwm` on the PUB, one frame per publish (no topic
-//! filtering).
+//! 60/15/3 on the ROUTER, backlog `zmq_backlog`, `pub_hwm` on the PUB, one frame per publish
+//! (no topic filtering), ZMTP heartbeats when `zmq_heartbeat_ivl` is set.
+//!
+//! Deviation: Salt 3008.3 turns ZMTP heartbeats on by default (10 s / 30 s); Halite leaves
+//! them off unless configured. libzmq keeps each I/O thread's timers in one multimap and
+//! cancels a heartbeat timer with a linear scan on every PONG, so with N connections the
+//! cost grows as N²: at 10,000 minions it took ~70 % of a core continuously on the PUB's I/O
+//! thread (BENCHMARKS.md). TCP keepalive (on both sockets) still detects dead peers.
 
 use crate::{Error, Incoming, PeerId, ServerTransport};
 use std::sync::Mutex;
@@ -39,7 +44,7 @@ pub struct ZmqServerConfig {
     pub pub_hwm: i32,
     /// `zmq_backlog` (Salt default 1000).
     pub backlog: i32,
-    /// `zmq_heartbeat_ivl` in ms (Salt default 10000).
+    /// `zmq_heartbeat_ivl` in ms; 0 (Halite's default, Salt's is 10000) turns heartbeats off.
     pub heartbeat_ivl_ms: i32,
     /// `zmq_heartbeat_timeout` in ms (Salt default 30000).
     pub heartbeat_timeout_ms: i32,
@@ -48,7 +53,8 @@ pub struct ZmqServerConfig {
 }
 
 impl ZmqServerConfig {
-    /// Salt's defaults for the given addresses.
+    /// Salt's defaults for the given addresses, except ZMTP heartbeats (off; see the module
+    /// documentation).
     pub fn new(interface: &str, ipv6: bool, ret_port: u16, publish_port: u16) -> Self {
         Self {
             interface: interface.to_owned(),
@@ -57,7 +63,7 @@ impl ZmqServerConfig {
             publish_port,
             pub_hwm: 1000,
             backlog: 1000,
-            heartbeat_ivl_ms: 10_000,
+            heartbeat_ivl_ms: 0,
             heartbeat_timeout_ms: 30_000,
             max_msg_size: 256 << 20,
         }
@@ -83,11 +89,22 @@ impl ZmqServer {
     /// Binds both sockets and starts the socket thread. Returns the transport and the
     /// receiver of incoming requests. Binding errors (port in use) are returned here.
     pub fn bind(cfg: &ZmqServerConfig) -> Result<(Self, mpsc::Receiver<Incoming>), Error> {
+        // Two I/O threads: the ROUTER's connections on one, the PUB's on the other. Besides
+        // using both cores, it keeps the PUB's per-connection timers out of the ROUTER's
+        // poller, where libzmq cancels a heartbeat timer on every received message with a
+        // linear scan of all timers of that I/O thread.
         let ctx = zmq::Context::new();
+        ctx.set_io_threads(2).map_err(Error::zmq("io threads"))?;
         let router = ctx
             .socket(zmq::ROUTER)
             .map_err(Error::zmq("create ROUTER"))?;
+        router
+            .set_affinity(1)
+            .map_err(Error::zmq("ROUTER affinity"))?;
         let publisher = ctx.socket(zmq::PUB).map_err(Error::zmq("create PUB"))?;
+        publisher
+            .set_affinity(2)
+            .map_err(Error::zmq("PUB affinity"))?;
         let pull = ctx.socket(zmq::PULL).map_err(Error::zmq("create PULL"))?;
         let inproc = format!("inproc://halite-cmd-{:p}", &router as *const _);
 

@@ -7,8 +7,8 @@ pub mod seed;
 
 use halite_proto::crypticle::{self, Crypticle};
 use halite_proto::envelope::{
-    accept_reply, open_aes_request, pillar_reply, publish_frame, ret_reply, seal_reply, AcceptKeys,
-    AuthRequest, Request,
+    accept_reply, aes_key_sig, open_aes_request, pillar_reply, publish_frame, ret_reply,
+    seal_reply, AcceptKeys, AuthRequest, Request,
 };
 use halite_proto::pem::clean_key;
 use halite_proto::rsa::{PrivateKey, PublicKey, SigAlgo};
@@ -302,6 +302,7 @@ fn answer(st: &State, body: &[u8], returns: &mpsc::Sender<Value>) -> Value {
                     publish_port: st.publish_port,
                     aes: &aes,
                     session: st.session.key_string(),
+                    aes_sig: &aes_key_sig(&st.key, &aes).unwrap(),
                 },
             )
             .unwrap();

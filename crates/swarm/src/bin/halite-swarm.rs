@@ -4,7 +4,7 @@
 //! reads control lines on stdin (see `halite_swarm::swarm`).
 
 use clap::Parser;
-use halite_swarm::keys::{load_or_generate, minion_ids};
+use halite_swarm::keys::{cache_dir, load_or_generate, minion_ids, KEY_BITS};
 use halite_swarm::minion::Timing;
 use halite_swarm::stats::emit;
 use halite_swarm::swarm::{self, raise_fd_limit, split_master, SwarmOptions, FD_SLACK};
@@ -37,6 +37,12 @@ struct Cli {
     /// Where minion keys are cached (`<id>.pem`, `<id>.tok`) [default: ~/.cache/halite-swarm/keys].
     #[arg(long)]
     keys_dir: Option<PathBuf>,
+    /// RSA size of the simulated minions' keys. Smaller keys cut the swarm's own share of
+    /// the CPU (it decrypts two RSA-OAEP blobs per sign-in); the master's private-key work
+    /// does not depend on it (it uses its own key). Sizes other than 2048 are cached in
+    /// KEYS_DIR/rsa<bits>.
+    #[arg(long, default_value_t = KEY_BITS)]
+    key_bits: u32,
     /// Request connections shared by all minions (one request in flight each).
     #[arg(long, default_value_t = 128)]
     connections: usize,
@@ -102,7 +108,12 @@ fn run(cli: Cli) -> Result<(), String> {
     let ids = minion_ids(&cli.id_prefix, cli.count).map_err(|e| e.to_string())?;
     let t = Instant::now();
     let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let (keys, counts) = load_or_generate(&keys_dir, &ids, threads).map_err(|e| e.to_string())?;
+    if !(1024..=4096).contains(&cli.key_bits) {
+        return Err("--key-bits: expected 1024 to 4096".into());
+    }
+    let keys_dir = cache_dir(&keys_dir, cli.key_bits);
+    let (keys, counts) =
+        load_or_generate(&keys_dir, &ids, cli.key_bits, threads).map_err(|e| e.to_string())?;
     emit(
         "keys",
         json!({
