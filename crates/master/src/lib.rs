@@ -243,8 +243,8 @@ fn make_dir(path: &Path, mode: u32) -> Result<(), Error> {
 
 /// The transport's socket options from the ZeroMQ options Salt reads: `pub_hwm`,
 /// `zmq_backlog`, and `zmq_heartbeat_ivl` / `zmq_heartbeat_timeout` (ms; Salt reads these
-/// two with `opts.get` outside its option table). Heartbeats are off unless
-/// `zmq_heartbeat_ivl` is set: see `halite_transport::zeromq` for why.
+/// two with `opts.get` outside its option table). Unset heartbeats: Salt's 10 s on the
+/// publish port, none on the request port (see `halite_transport::zeromq` for why).
 fn zmq_config(cfg: &MasterConfig) -> ZmqServerConfig {
     let mut z = ZmqServerConfig::new(&cfg.interface, cfg.ipv6, cfg.ret_port, cfg.publish_port);
     let int = |name: &str| {
@@ -260,7 +260,7 @@ fn zmq_config(cfg: &MasterConfig) -> ZmqServerConfig {
         z.backlog = v;
     }
     if let Some(v) = int("zmq_heartbeat_ivl") {
-        z.heartbeat_ivl_ms = v;
+        z.heartbeat_ivl_ms = Some(v);
     }
     if let Some(v) = int("zmq_heartbeat_timeout") {
         z.heartbeat_timeout_ms = v;

@@ -2,9 +2,11 @@
 //!
 //! The master side is the [`ServerTransport`] trait: incoming request bodies arrive on a
 //! bounded channel as [`Incoming`], replies and publishes go out through the trait. The
-//! ZeroMQ implementation ([`zeromq::ZmqServer`]) binds Salt's ROUTER (`ret_port`) and PUB
-//! (`publish_port`) sockets on a dedicated thread, bridged to tokio; libzmq does the ZMTP
-//! framing, heartbeats and reconnects exactly as it does for Salt.
+//! ZeroMQ implementation ([`zeromq::ZmqServer`]) binds Salt's ROUTER (`ret_port`) with libzmq
+//! on a dedicated thread, bridged to tokio, and serves the PUB side (`publish_port`) with
+//! Halite's own ZMTP engine ([`pubserver`], on the sans-I/O codec [`zmtp`]), which libzmq
+//! SUB sockets cannot tell from libzmq's PUB but which costs a fraction of its memory per
+//! minion.
 //!
 //! What this crate does not do: decode or encrypt anything. Bodies are opaque bytes; the
 //! protocol lives in `halite-proto`.
@@ -15,7 +17,9 @@
 //! - A peer's misbehaviour never stops the socket thread.
 
 pub mod client;
+pub mod pubserver;
 pub mod zeromq;
+pub mod zmtp;
 
 use std::fmt;
 
@@ -48,6 +52,14 @@ pub enum Error {
         op: String,
         /// The libzmq error.
         source: zmq::Error,
+    },
+    /// A listening port could not be set up.
+    #[error("bind {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: String,
+        /// The cause.
+        source: std::io::Error,
     },
     /// The socket thread has stopped.
     #[error("transport is closed")]

@@ -1,32 +1,40 @@
-//! The ZeroMQ server transport: ROUTER on `ret_port`, PUB on `publish_port`.
+//! The master's server transport: libzmq's ROUTER on `ret_port`, Halite's own ZMTP PUB
+//! engine ([`crate::pubserver`]) on `publish_port`.
 //!
-//! One thread owns both sockets plus an `inproc` PULL socket that carries replies and
-//! publishes from tokio tasks (ZeroMQ sockets are not thread-safe; the inproc PUSH side is
-//! guarded by a mutex and never blocks). Incoming requests go to tokio over a bounded
-//! channel: when it is full the thread waits, libzmq queues on the ROUTER (up to its HWM) and
-//! minions see back-pressure instead of the master growing without bound.
+//! One thread owns the ROUTER plus an `inproc` PULL socket that carries replies from tokio
+//! tasks (ZeroMQ sockets are not thread-safe; the inproc PUSH side is guarded by a mutex and
+//! never blocks). Incoming requests go to tokio over a bounded channel: when it is full the
+//! thread waits, libzmq queues on the ROUTER (up to its HWM) and minions see back-pressure
+//! instead of the master growing without bound. Publishes go straight to the publish
+//! server's thread.
 //!
 //! Socket options follow Salt (`salt/transport/zeromq.py`): ROUTER_HANDOVER, TCP keepalive
-//! 60/15/3 on the ROUTER, backlog `zmq_backlog`, `pub_hwm` on the PUB, one frame per publish
-//! (no topic filtering), ZMTP heartbeats when `zmq_heartbeat_ivl` is set.
+//! 60/15/3 on the ROUTER and idle 300 on the PUB, backlog `zmq_backlog`, `pub_hwm` on the
+//! PUB, one frame per publish (no topic filtering), ZMTP heartbeats `zmq_heartbeat_ivl` /
+//! `zmq_heartbeat_timeout` (10 s / 30 s) on the PUB.
 //!
-//! Deviation: Salt 3008.3 turns ZMTP heartbeats on by default (10 s / 30 s); Halite leaves
-//! them off unless configured. libzmq keeps each I/O thread's timers in one multimap and
-//! cancels a heartbeat timer with a linear scan on every PONG, so with N connections the
-//! cost grows as N²: at 10,000 minions it took ~70 % of a core continuously on the PUB's I/O
-//! thread (BENCHMARKS.md). TCP keepalive (on both sockets) still detects dead peers.
+//! Deviation: Salt 3008.3 also turns ZMTP heartbeats on on the ROUTER by default; Halite
+//! does only when `zmq_heartbeat_ivl` is set. libzmq keeps each I/O thread's timers in one
+//! multimap and cancels a heartbeat timer with a linear scan on every PONG, so with N
+//! connections the cost grows as N²: at 10,000 minions it took ~70 % of a core continuously
+//! (BENCHMARKS.md). TCP keepalive still detects dead peers there. The publish engine's
+//! heartbeats are tokio timers, O(1) each.
 
+use crate::pubserver::{PubServer, PubServerConfig};
 use crate::{Error, Incoming, PeerId, ServerTransport};
 use std::sync::Mutex;
 use std::thread::JoinHandle;
+use std::time::Duration;
 use tokio::sync::mpsc;
 
 /// Capacity of the incoming-request channel. When full, the socket thread waits (requests
 /// queue inside libzmq) — back-pressure, nothing is dropped.
 pub const INCOMING_CAPACITY: usize = 4096;
 
+/// Salt's `zmq_heartbeat_ivl` default (ms), used on the publish port when none is set.
+const SALT_HEARTBEAT_IVL_MS: i32 = 10_000;
+
 const CMD_REPLY: &[u8] = b"R";
-const CMD_PUBLISH: &[u8] = b"P";
 const CMD_STOP: &[u8] = b"S";
 
 /// Where and how to bind.
@@ -44,8 +52,9 @@ pub struct ZmqServerConfig {
     pub pub_hwm: i32,
     /// `zmq_backlog` (Salt default 1000).
     pub backlog: i32,
-    /// `zmq_heartbeat_ivl` in ms; 0 (Halite's default, Salt's is 10000) turns heartbeats off.
-    pub heartbeat_ivl_ms: i32,
+    /// `zmq_heartbeat_ivl` in ms as configured (0 turns heartbeats off). When not set, the
+    /// publish port uses Salt's 10000 and the request port has none (module documentation).
+    pub heartbeat_ivl_ms: Option<i32>,
     /// `zmq_heartbeat_timeout` in ms (Salt default 30000).
     pub heartbeat_timeout_ms: i32,
     /// Hard cap on one incoming message; libzmq disconnects a peer that sends more.
@@ -53,8 +62,7 @@ pub struct ZmqServerConfig {
 }
 
 impl ZmqServerConfig {
-    /// Salt's defaults for the given addresses, except ZMTP heartbeats (off; see the module
-    /// documentation).
+    /// Salt's defaults for the given addresses.
     pub fn new(interface: &str, ipv6: bool, ret_port: u16, publish_port: u16) -> Self {
         Self {
             interface: interface.to_owned(),
@@ -63,7 +71,7 @@ impl ZmqServerConfig {
             publish_port,
             pub_hwm: 1000,
             backlog: 1000,
-            heartbeat_ivl_ms: 0,
+            heartbeat_ivl_ms: None,
             heartbeat_timeout_ms: 30_000,
             max_msg_size: 256 << 20,
         }
@@ -81,6 +89,7 @@ impl ZmqServerConfig {
 /// The running ZeroMQ server transport.
 pub struct ZmqServer {
     ctx: zmq::Context,
+    publisher: PubServer,
     cmd: Mutex<zmq::Socket>,
     thread: Mutex<Option<JoinHandle<()>>>,
 }
@@ -89,22 +98,10 @@ impl ZmqServer {
     /// Binds both sockets and starts the socket thread. Returns the transport and the
     /// receiver of incoming requests. Binding errors (port in use) are returned here.
     pub fn bind(cfg: &ZmqServerConfig) -> Result<(Self, mpsc::Receiver<Incoming>), Error> {
-        // Two I/O threads: the ROUTER's connections on one, the PUB's on the other. Besides
-        // using both cores, it keeps the PUB's per-connection timers out of the ROUTER's
-        // poller, where libzmq cancels a heartbeat timer on every received message with a
-        // linear scan of all timers of that I/O thread.
         let ctx = zmq::Context::new();
-        ctx.set_io_threads(2).map_err(Error::zmq("io threads"))?;
         let router = ctx
             .socket(zmq::ROUTER)
             .map_err(Error::zmq("create ROUTER"))?;
-        router
-            .set_affinity(1)
-            .map_err(Error::zmq("ROUTER affinity"))?;
-        let publisher = ctx.socket(zmq::PUB).map_err(Error::zmq("create PUB"))?;
-        publisher
-            .set_affinity(2)
-            .map_err(Error::zmq("PUB affinity"))?;
         let pull = ctx.socket(zmq::PULL).map_err(Error::zmq("create PULL"))?;
         let inproc = format!("inproc://halite-cmd-{:p}", &router as *const _);
 
@@ -134,44 +131,27 @@ impl ZmqServer {
             .map_err(Error::zmq("maxmsgsize"))?;
         router.set_ipv6(cfg.ipv6).map_err(Error::zmq("ipv6"))?;
         router
-            .set_heartbeat_ivl(cfg.heartbeat_ivl_ms)
+            .set_heartbeat_ivl(cfg.heartbeat_ivl_ms.unwrap_or(0))
             .map_err(Error::zmq("heartbeat"))?;
         router
-            .set_heartbeat_timeout(cfg.heartbeat_timeout_ms)
-            .map_err(Error::zmq("heartbeat"))?;
-
-        publisher.set_linger(1).map_err(Error::zmq("PUB linger"))?;
-        publisher
-            .set_sndhwm(cfg.pub_hwm)
-            .map_err(Error::zmq("PUB hwm"))?;
-        publisher
-            .set_rcvhwm(cfg.pub_hwm)
-            .map_err(Error::zmq("PUB hwm"))?;
-        publisher
-            .set_backlog(cfg.backlog)
-            .map_err(Error::zmq("backlog"))?;
-        publisher.set_ipv6(cfg.ipv6).map_err(Error::zmq("ipv6"))?;
-        publisher
-            .set_tcp_keepalive(1)
-            .map_err(Error::zmq("keepalive"))?;
-        publisher
-            .set_tcp_keepalive_idle(300)
-            .map_err(Error::zmq("keepalive idle"))?;
-        publisher
-            .set_heartbeat_ivl(cfg.heartbeat_ivl_ms)
-            .map_err(Error::zmq("heartbeat"))?;
-        publisher
             .set_heartbeat_timeout(cfg.heartbeat_timeout_ms)
             .map_err(Error::zmq("heartbeat"))?;
 
         let ret_ep = cfg.endpoint(cfg.ret_port);
-        let pub_ep = cfg.endpoint(cfg.publish_port);
         router
             .bind(&ret_ep)
             .map_err(Error::zmq(format!("bind {ret_ep}")))?;
-        publisher
-            .bind(&pub_ep)
-            .map_err(Error::zmq(format!("bind {pub_ep}")))?;
+        let publisher = PubServer::bind(PubServerConfig {
+            addr: PubServerConfig::resolve(&cfg.interface, cfg.ipv6, cfg.publish_port)?,
+            backlog: u32::try_from(cfg.backlog).unwrap_or(0),
+            hwm: usize::try_from(cfg.pub_hwm).unwrap_or(0),
+            heartbeat_ivl: Some(cfg.heartbeat_ivl_ms.unwrap_or(SALT_HEARTBEAT_IVL_MS))
+                .filter(|ms| *ms > 0)
+                .map(|ms| Duration::from_millis(ms.unsigned_abs().into())),
+            heartbeat_timeout: Duration::from_millis(
+                cfg.heartbeat_timeout_ms.max(0).unsigned_abs().into(),
+            ),
+        })?;
         pull.bind(&inproc).map_err(Error::zmq("bind inproc"))?;
         let push = ctx.socket(zmq::PUSH).map_err(Error::zmq("create PUSH"))?;
         push.set_sndhwm(0).map_err(Error::zmq("PUSH hwm"))?;
@@ -182,29 +162,30 @@ impl ZmqServer {
         let failures = (zmq::SocketEvent::HANDSHAKE_FAILED_NO_DETAIL as i32)
             | (zmq::SocketEvent::HANDSHAKE_FAILED_PROTOCOL as i32);
         let tag = format!("{:p}", &router as *const _);
-        let mut monitors = Vec::new();
-        for (sock, port) in [(&router, "request"), (&publisher, "publish")] {
-            let ep = format!("inproc://halite-mon-{port}-{tag}");
-            sock.monitor(&ep, failures).map_err(Error::zmq("monitor"))?;
-            let mon = ctx
-                .socket(zmq::PAIR)
-                .map_err(Error::zmq("create monitor"))?;
-            mon.connect(&ep).map_err(Error::zmq("connect monitor"))?;
-            monitors.push((mon, port));
-        }
+        let ep = format!("inproc://halite-mon-request-{tag}");
+        router
+            .monitor(&ep, failures)
+            .map_err(Error::zmq("monitor"))?;
+        let monitor = ctx
+            .socket(zmq::PAIR)
+            .map_err(Error::zmq("create monitor"))?;
+        monitor
+            .connect(&ep)
+            .map_err(Error::zmq("connect monitor"))?;
 
         let (tx, rx) = mpsc::channel(INCOMING_CAPACITY);
         let thread = std::thread::Builder::new()
             .name("zmq-server".into())
-            .spawn(move || socket_loop(router, publisher, pull, monitors, tx))
+            .spawn(move || socket_loop(router, pull, monitor, tx))
             .map_err(|e| Error::Zmq {
                 op: format!("spawn thread: {e}"),
                 source: zmq::Error::EFAULT,
             })?;
-        tracing::info!(ret = %ret_ep, publish = %pub_ep, "Request and publish sockets bound");
+        tracing::info!(ret = %ret_ep, publish = %publisher.local_addr(), "Request and publish sockets bound");
         Ok((
             Self {
                 ctx,
+                publisher,
                 cmd: Mutex::new(push),
                 thread: Mutex::new(Some(thread)),
             },
@@ -218,8 +199,14 @@ impl ZmqServer {
             .map_err(|_| Error::Closed)
     }
 
-    /// Stops the socket thread and closes the sockets. Idempotent.
+    /// The publish server (for its subscriber count).
+    pub fn publisher(&self) -> &PubServer {
+        &self.publisher
+    }
+
+    /// Stops the socket threads and closes the sockets. Idempotent.
     pub fn shutdown(&self) {
+        self.publisher.shutdown();
         let _ = self.send_cmd(&[CMD_STOP]);
         let handle = self.thread.lock().ok().and_then(|mut t| t.take());
         if let Some(h) = handle {
@@ -243,7 +230,7 @@ impl ServerTransport for ZmqServer {
     }
 
     fn publish(&self, frame: Vec<u8>) -> Result<(), Error> {
-        self.send_cmd(&[CMD_PUBLISH, &frame])
+        self.publisher.publish(frame)
     }
 }
 
@@ -270,18 +257,17 @@ fn log_monitor_event(mon: &zmq::Socket, port: &str) {
 
 fn socket_loop(
     router: zmq::Socket,
-    publisher: zmq::Socket,
     pull: zmq::Socket,
-    monitors: Vec<(zmq::Socket, &'static str)>,
+    monitor: zmq::Socket,
     tx: mpsc::Sender<Incoming>,
 ) {
     loop {
         let (router_ready, cmd_ready) = {
-            let mut items = vec![
+            let mut items = [
                 router.as_poll_item(zmq::POLLIN),
                 pull.as_poll_item(zmq::POLLIN),
+                monitor.as_poll_item(zmq::POLLIN),
             ];
-            items.extend(monitors.iter().map(|(m, _)| m.as_poll_item(zmq::POLLIN)));
             if let Err(e) = zmq::poll(&mut items, -1) {
                 if e == zmq::Error::EINTR {
                     continue;
@@ -289,10 +275,8 @@ fn socket_loop(
                 tracing::error!(error = %e, "ZeroMQ poll failed; stopping the socket thread");
                 return;
             }
-            for (i, (mon, port)) in monitors.iter().enumerate() {
-                if items[2 + i].is_readable() {
-                    log_monitor_event(mon, port);
-                }
+            if items[2].is_readable() {
+                log_monitor_event(&monitor, "request");
             }
             (items[0].is_readable(), items[1].is_readable())
         };
@@ -303,11 +287,6 @@ fn socket_loop(
                         let msg: [&[u8]; 3] = [&parts[1], b"", &parts[2]];
                         if let Err(e) = router.send_multipart(msg, zmq::DONTWAIT) {
                             tracing::debug!(error = %e, "Reply to a disconnected peer dropped");
-                        }
-                    }
-                    Some(CMD_PUBLISH) if parts.len() == 2 => {
-                        if let Err(e) = publisher.send(&parts[1], zmq::DONTWAIT) {
-                            tracing::warn!(error = %e, "Publish dropped by the PUB socket");
                         }
                     }
                     Some(CMD_STOP) => return,
