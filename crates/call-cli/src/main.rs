@@ -18,10 +18,10 @@ use halite_minion::keys::MinionKeys;
 use halite_minion::settings::Settings;
 use halite_minion::shutdown::Shutdown;
 use halite_minion::transport::{resolve_master, ReqSocket};
-use halite_output::{OutputIndent, OutputOptions, Outputter};
+use halite_output::{OutputArgs, OutputOptions, Outputter};
 use halite_proto::value::{self, map, s};
 use halite_proto::Value;
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -51,22 +51,8 @@ struct Cli {
     /// Print the grains and exit.
     #[arg(short = 'g', long = "grains")]
     grains: bool,
-    /// Outputter: nested, json, yaml, txt, raw, pprint, quiet, no_return.
-    #[arg(long = "out", visible_alias = "output")]
-    out: Option<String>,
-    /// Indentation for json, yaml and pprint; negative means compact.
-    #[arg(
-        long = "out-indent",
-        visible_alias = "output-indent",
-        allow_hyphen_values = true
-    )]
-    out_indent: Option<i64>,
-    /// Never color the output.
-    #[arg(long = "no-color", visible_alias = "no-colour")]
-    no_color: bool,
-    /// Always color the output.
-    #[arg(long = "force-color", visible_alias = "force-colour")]
-    force_color: bool,
+    #[command(flatten)]
+    output: OutputArgs,
     /// Exit with the function's retcode instead of 0/1.
     #[arg(long = "retcode-passthrough")]
     retcode_passthrough: bool,
@@ -80,30 +66,25 @@ struct Cli {
 
 /// How the return is printed.
 struct Printer {
-    cli_out: Option<String>,
+    output: OutputArgs,
     opts: OutputOptions,
 }
 
 impl Printer {
     fn new(cli: &Cli) -> Printer {
-        let color = cli.force_color || (!cli.no_color && std::io::stdout().is_terminal());
-        let indent = cli.out_indent.map(OutputIndent::Spaces).unwrap_or_default();
         Printer {
-            cli_out: cli.out.clone(),
-            opts: OutputOptions {
-                color,
-                indent,
-                ..OutputOptions::default()
-            },
+            output: cli.output.clone(),
+            opts: cli.output.options(),
         }
     }
 
     /// `salt.output.display_output({"local": data}, out, opts, _retcode=retcode)`.
     fn print(&self, data: Value, return_out: Option<&str>, retcode: i64, fun: &str) {
-        if self.cli_out.as_deref() == Some("quiet") {
+        if self.output.quiet() {
             return;
         }
-        let name = halite_output::outputter_name(self.cli_out.as_deref(), return_out, false, fun);
+        let name =
+            halite_output::outputter_name(self.output.out.as_deref(), return_out, false, fun);
         let out = Outputter::from_name(&name).unwrap_or_else(|e| {
             tracing::error!("{e}");
             Outputter::Nested
@@ -186,13 +167,9 @@ fn connect(cfg: &MinionConfig, grains: &Value) -> Result<Remote, halite_minion::
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli: Cli = match halite_daemon::parse_cli(std::env::args_os(), EX_USAGE) {
         Ok(c) => c,
-        Err(e) => {
-            let code = if e.use_stderr() { EX_USAGE } else { 0 };
-            let _ = e.print();
-            return ExitCode::from(code);
-        }
+        Err(status) => return status,
     };
     let mut cfg = match MinionConfig::load(&cli.config_dir) {
         Ok(c) => c,
@@ -281,7 +258,7 @@ fn main() -> ExitCode {
         return ExitCode::from(255);
     }
 
-    let args = Value::Array(halite_client::args::parse_input(words, &[]));
+    let args = Value::Array(halite_config::args::parse_input(words, &[]));
     let ret = registry.execute(&ctx, &s(fun.as_str()), &args);
     if let Some(remote) = &remote {
         let load = return_load(&ctx.id, fun, words, &ret);
@@ -352,7 +329,7 @@ mod tests {
         ])
         .unwrap();
         assert!(cli.local);
-        assert_eq!(cli.out.as_deref(), Some("json"));
+        assert_eq!(cli.output.out.as_deref(), Some("json"));
         assert_eq!(cli.rest, ["test.arg", "-1", "k=v"]);
         assert!(Cli::try_parse_from(["halite-call", "test.arg", "-x"]).is_err());
     }

@@ -94,13 +94,9 @@ pub fn dispatch() -> Option<ExitCode> {
     let mut rest = vec![OsString::from("halite event")];
     rest.extend(args[1..at].iter().cloned());
     rest.extend(args[at + 1..].iter().cloned());
-    let cli = match EventCli::try_parse_from(rest) {
+    let cli: EventCli = match halite_daemon::parse_cli(rest, EX_USAGE) {
         Ok(c) => c,
-        Err(e) => {
-            let code = if e.use_stderr() { EX_USAGE } else { 0 };
-            let _ = e.print();
-            return Some(ExitCode::from(code));
-        }
+        Err(status) => return Some(status),
     };
     Some(ExitCode::from(run(cli)))
 }
@@ -132,15 +128,8 @@ fn run(cli: EventCli) -> u8 {
             return EX_USAGE;
         }
     };
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("{e}");
-            return 2;
-        }
+    let Some(rt) = halite_daemon::cli_runtime() else {
+        return 2;
     };
     let bus = MasterBus::from_config(&cfg);
     match cli.command {

@@ -6,12 +6,12 @@ mod event;
 
 use clap::Parser;
 use halite_client::local::JobEvent;
-use halite_client::{args, LocalClient, PublishRequest};
-use halite_config::MasterConfig;
-use halite_output::{OutputIndent, OutputOptions, Outputter};
+use halite_client::{LocalClient, PublishRequest};
+use halite_config::{args, MasterConfig};
+use halite_output::{OutputArgs, OutputOptions, Outputter};
 use halite_proto::value::{self, s};
 use halite_proto::Value;
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -69,25 +69,11 @@ struct Cli {
     /// Print the job id.
     #[arg(long = "show-jid")]
     show_jid: bool,
-    /// Outputter: nested, json, yaml, txt, raw, pprint, quiet, no_return.
-    #[arg(long = "out", visible_alias = "output")]
-    out: Option<String>,
-    /// Indentation for json, yaml and pprint; negative means compact.
-    #[arg(
-        long = "out-indent",
-        visible_alias = "output-indent",
-        allow_hyphen_values = true
-    )]
-    out_indent: Option<i64>,
+    #[command(flatten)]
+    output: OutputArgs,
     /// Wait for all returns and print them as one document.
     #[arg(short = 's', long = "static")]
     static_: bool,
-    /// Never color the output.
-    #[arg(long = "no-color", visible_alias = "no-colour")]
-    no_color: bool,
-    /// Always color the output.
-    #[arg(long = "force-color", visible_alias = "force-colour")]
-    force_color: bool,
     /// Returner(s) for the job, comma-separated.
     #[arg(long = "return")]
     return_: Option<String>,
@@ -110,13 +96,9 @@ fn main() -> ExitCode {
     if let Some(code) = event::dispatch() {
         return code;
     }
-    let cli = match Cli::try_parse() {
+    let cli: Cli = match halite_daemon::parse_cli(std::env::args_os(), EX_USAGE) {
         Ok(c) => c,
-        Err(e) => {
-            let code = if e.use_stderr() { EX_USAGE } else { 0 };
-            let _ = e.print();
-            return ExitCode::from(code);
-        }
+        Err(status) => return status,
     };
     halite_daemon::init_cli_logging(&cli.log_level);
     let cfg = match MasterConfig::load(&cli.config_dir) {
@@ -133,15 +115,8 @@ fn main() -> ExitCode {
             return ExitCode::from(EX_USAGE);
         }
     };
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
-        }
+    let Some(rt) = halite_daemon::cli_runtime() else {
+        return ExitCode::from(2);
     };
     ExitCode::from(rt.block_on(run(&cli, &cfg, job)))
 }
@@ -269,21 +244,11 @@ struct Printer {
 
 impl Printer {
     fn new(cli: &Cli, fun: &Value) -> Self {
-        let color = if cli.force_color {
-            true
-        } else {
-            !cli.no_color && std::io::stdout().is_terminal()
-        };
-        let indent = cli.out_indent.map(OutputIndent::Spaces).unwrap_or_default();
         Self {
-            cli_out: cli.out.clone(),
-            opts: OutputOptions {
-                color,
-                indent,
-                ..OutputOptions::default()
-            },
+            cli_out: cli.output.out.clone(),
+            opts: cli.output.options(),
             fun: value::str_of(fun).unwrap_or("").to_owned(),
-            quiet: cli.out.as_deref() == Some("quiet"),
+            quiet: cli.output.quiet(),
         }
     }
 

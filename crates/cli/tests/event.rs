@@ -332,11 +332,7 @@ fn events_cross_between_halite_cli_and_stock_python() {
             .args(["interop/python", r#"{"from": "python", "x": "é"}"#])
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert_success("firing from stock Python", &out);
         fired += 1;
         listener.stdout().contains("interop/python")
     });

@@ -5,7 +5,6 @@
 //!
 //! What it does not do: print anything (the CLIs format results) or decide exit codes.
 
-pub mod args;
 pub mod local;
 
 pub use local::{JobEvent, LocalClient, PublishReply, PublishRequest};

@@ -64,7 +64,7 @@ pub struct LocalClient {
 
 /// `salt.utils.user.get_specific_user`: the OS user, or `sudo_<user>` under sudo as root.
 fn salt_user() -> String {
-    let me = current_user().unwrap_or_else(|| "root".into());
+    let me = halite_config::current_user().unwrap_or_else(|| "root".into());
     if me == "root" {
         if let Ok(sudo) = std::env::var("SUDO_USER") {
             if !sudo.is_empty() && sudo != "root" {
@@ -73,20 +73,6 @@ fn salt_user() -> String {
         }
     }
     me
-}
-
-fn current_user() -> Option<String> {
-    // SAFETY: getpwuid returns static storage or null; the name is copied out at once.
-    unsafe {
-        let pw = libc::getpwuid(libc::geteuid());
-        if pw.is_null() {
-            return None;
-        }
-        std::ffi::CStr::from_ptr((*pw).pw_name)
-            .to_str()
-            .ok()
-            .map(str::to_owned)
-    }
 }
 
 impl LocalClient {

@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 
 use rmpv::Value;
 
-use crate::host::{dynamic_ipc_buffer, effective_user, generate_minion_id};
+use crate::host::{current_user, dynamic_ipc_buffer, generate_minion_id};
 use crate::merge::{include_config, load_main, parse_conf, Gathered};
 use crate::options::{OptMap, Origin, Origins};
 use crate::paths::{is_uri, prepend_root, py_join};
@@ -70,7 +70,8 @@ fn static_defaults(role: Role) -> &'static OptMap {
 /// Salt's defaults for `role` on this host.
 pub(crate) fn defaults(role: Role) -> OptMap {
     let mut opts = static_defaults(role).clone();
-    opts.set("user", Value::from(effective_user()));
+    let user = current_user().unwrap_or_else(|| "root".to_owned());
+    opts.set("user", Value::from(user));
     if opts.contains("ssh_config_file") {
         let home = std::env::var("HOME").unwrap_or_else(|_| "/".to_owned());
         opts.set(

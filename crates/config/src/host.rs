@@ -1,4 +1,4 @@
-//! Host facts Salt's defaults depend on: the generated minion id (Salt's
+//! Host facts Salt's defaults depend on: the host name, the generated minion id (Salt's
 //! `salt.utils.network.generate_minion_id`, best effort), the effective user name
 //! (`salt.utils.user.get_user`) and the system memory used for `ipc_write_buffer: dynamic`.
 //!
@@ -37,8 +37,8 @@ fn is_localhost_name(name: &str) -> bool {
             .any(|w| &w[1..4] == b"ip6" && &w[5..9] == b"arpa")
 }
 
-/// The kernel's host name (`socket.gethostname()`).
-pub(crate) fn hostname() -> Option<String> {
+/// The kernel's host name (`socket.gethostname()`), `None` when it is unset.
+pub fn hostname() -> Option<String> {
     let mut buf = [0u8; 256];
     // SAFETY: the buffer is valid for `buf.len()` bytes; gethostname NUL-terminates
     // within it on success (the last byte stays 0 otherwise).
@@ -93,9 +93,9 @@ pub fn generate_minion_id() -> String {
         .unwrap_or_else(|| "localhost".to_owned())
 }
 
-/// The effective user's name (`pwd.getpwuid(os.geteuid()).pw_name`), or `root` if the
-/// user database has no entry.
-pub(crate) fn effective_user() -> String {
+/// The effective user's name (`pwd.getpwuid(os.geteuid()).pw_name`), `None` if the user
+/// database has no entry.
+pub fn current_user() -> Option<String> {
     // SAFETY: geteuid has no preconditions.
     let uid = unsafe { libc::geteuid() };
     let mut buf = vec![0u8; 4096];
@@ -113,12 +113,11 @@ pub(crate) fn effective_user() -> String {
         )
     };
     if rc != 0 || result.is_null() || pwd.pw_name.is_null() {
-        return "root".to_owned();
+        return None;
     }
     // SAFETY: `pw_name` is NUL-terminated inside `buf`, which is still alive.
-    unsafe { CStr::from_ptr(pwd.pw_name) }
-        .to_string_lossy()
-        .into_owned()
+    let name = unsafe { CStr::from_ptr(pwd.pw_name) };
+    Some(name.to_string_lossy().into_owned())
 }
 
 /// Salt's `_DFLT_IPC_WBUFFER`: half of max(5% of RAM, 10 MiB).
@@ -164,7 +163,8 @@ mod tests {
 
     #[test]
     fn generated_id_is_never_empty() {
+        assert!(hostname().is_some());
         assert!(!generate_minion_id().is_empty());
-        assert!(!effective_user().is_empty());
+        assert!(current_user().is_some_and(|u| !u.is_empty()));
     }
 }

@@ -15,6 +15,8 @@
 //!   `root_dir` prepending, algorithm checks.
 //! * Exposes typed [`MasterConfig`] / [`MinionConfig`] fields for the options the daemons
 //!   use, plus `raw`, an `rmpv::Value` map of every option in Salt's key order.
+//! * Types command-line words with the same YAML rules, as `salt.utils.args` does for the
+//!   CLIs and the minion (see [`args`]).
 //!
 //! # What it does not do
 //!
@@ -51,6 +53,7 @@
 //!   uses in the stock Salt.
 
 mod apply;
+pub mod args;
 mod glob;
 mod host;
 mod master;
@@ -69,7 +72,7 @@ mod tests;
 
 use std::path::PathBuf;
 
-pub use host::generate_minion_id;
+pub use host::{current_user, generate_minion_id, hostname};
 pub use master::MasterConfig;
 pub use merge::MAX_INCLUDE_DEPTH;
 pub use minion::MinionConfig;

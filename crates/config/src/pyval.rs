@@ -1,8 +1,9 @@
 //! Python semantics over `rmpv::Value`, for the places where Salt's behaviour depends on
 //! them: `==` between keys and list items (`1 == 1.0 == True`), `str()` of an option value
-//! (numeric ids become strings), `repr()` in messages, and `int()`/`float()` of strings
-//! (Salt accepts `publish_port: "4505"`).
+//! (numeric ids become strings) and `type()` (both `halite_output`'s), and `int()`/`float()`
+//! of strings (Salt accepts `publish_port: "4505"`).
 
+pub(crate) use halite_output::{py_str, py_type_name};
 use rmpv::Value;
 
 /// Python's `a == b` for the data YAML produces (tuples are lists here).
@@ -60,149 +61,6 @@ fn number(v: &Value) -> Option<Num> {
         Value::F64(f) => Some(Num::Float(*f)),
         _ => None,
     }
-}
-
-/// Python's `type(v).__name__`.
-pub(crate) fn py_type_name(v: &Value) -> &'static str {
-    match v {
-        Value::Nil => "NoneType",
-        Value::Boolean(_) => "bool",
-        Value::Integer(_) => "int",
-        Value::F32(_) | Value::F64(_) => "float",
-        Value::String(_) => "str",
-        Value::Binary(_) => "bytes",
-        Value::Array(_) => "list",
-        Value::Map(_) => "dict",
-        Value::Ext(..) => "object",
-    }
-}
-
-/// Python's `repr(float)`: shortest round-trip digits, fixed notation for exponents in
-/// `-4..16`, else `1e+20` style.
-pub(crate) fn float_repr(f: f64) -> String {
-    if f.is_nan() {
-        return "nan".to_owned();
-    }
-    if f.is_infinite() {
-        return if f > 0.0 { "inf" } else { "-inf" }.to_owned();
-    }
-    let sci = format!("{f:e}");
-    let (mantissa, exp) = sci.split_once('e').unwrap_or((sci.as_str(), "0"));
-    let exp: i32 = exp.parse().unwrap_or(0);
-    let negative = mantissa.starts_with('-');
-    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
-    let sign = if negative { "-" } else { "" };
-    if (-4..16).contains(&exp) {
-        let point = exp + 1;
-        let body = if point <= 0 {
-            format!("0.{}{digits}", "0".repeat(point.unsigned_abs() as usize))
-        } else {
-            let point = point as usize;
-            if digits.len() <= point {
-                format!("{digits}{}.0", "0".repeat(point - digits.len()))
-            } else {
-                format!("{}.{}", &digits[..point], &digits[point..])
-            }
-        };
-        format!("{sign}{body}")
-    } else {
-        let (first, rest) = digits.split_at(1.min(digits.len()));
-        let frac = if rest.is_empty() {
-            String::new()
-        } else {
-            format!(".{rest}")
-        };
-        let exp_sign = if exp < 0 { '-' } else { '+' };
-        format!("{sign}{first}{frac}e{exp_sign}{:02}", exp.unsigned_abs())
-    }
-}
-
-fn int_string(v: &rmpv::Integer) -> String {
-    v.as_i64()
-        .map(|n| n.to_string())
-        .or_else(|| v.as_u64().map(|n| n.to_string()))
-        .unwrap_or_default()
-}
-
-/// Python's `str(v)`.
-pub(crate) fn py_str(v: &Value) -> String {
-    match v {
-        Value::String(s) => String::from_utf8_lossy(s.as_bytes()).into_owned(),
-        Value::Array(_) | Value::Map(_) | Value::Binary(_) | Value::Ext(..) => py_repr(v),
-        Value::Nil => "None".to_owned(),
-        Value::Boolean(true) => "True".to_owned(),
-        Value::Boolean(false) => "False".to_owned(),
-        Value::Integer(i) => int_string(i),
-        Value::F32(f) => float_repr(f64::from(*f)),
-        Value::F64(f) => float_repr(*f),
-    }
-}
-
-/// Python's `repr(v)` (close enough for messages: non-ASCII text is shown as is).
-pub(crate) fn py_repr(v: &Value) -> String {
-    match v {
-        Value::String(s) => repr_str(&String::from_utf8_lossy(s.as_bytes())),
-        Value::Binary(b) => repr_bytes(b),
-        Value::Array(items) => {
-            let items: Vec<String> = items.iter().map(py_repr).collect();
-            format!("[{}]", items.join(", "))
-        }
-        Value::Map(pairs) => {
-            let pairs: Vec<String> = pairs
-                .iter()
-                .map(|(k, v)| format!("{}: {}", py_repr(k), py_repr(v)))
-                .collect();
-            format!("{{{}}}", pairs.join(", "))
-        }
-        Value::Ext(..) => "<object>".to_owned(),
-        other => py_str(other),
-    }
-}
-
-fn repr_str(s: &str) -> String {
-    let quote = if s.contains('\'') && !s.contains('"') {
-        '"'
-    } else {
-        '\''
-    };
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push(quote);
-    for c in s.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if c == quote => {
-                out.push('\\');
-                out.push(c);
-            }
-            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
-                out.push_str(&format!("\\x{:02x}", c as u32));
-            }
-            c if c.is_control() => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push(quote);
-    out
-}
-
-fn repr_bytes(b: &[u8]) -> String {
-    let mut out = String::from("b'");
-    for &byte in b {
-        match byte {
-            b'\\' => out.push_str("\\\\"),
-            b'\'' => out.push_str("\\'"),
-            b'\n' => out.push_str("\\n"),
-            b'\r' => out.push_str("\\r"),
-            b'\t' => out.push_str("\\t"),
-            0x20..=0x7e => out.push(char::from(byte)),
-            _ => out.push_str(&format!("\\x{byte:02x}")),
-        }
-    }
-    out.push('\'');
-    out
 }
 
 /// Removes PEP 515 underscores, which Python's `int()`/`float()` accept only between
@@ -298,26 +156,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn float_repr_matches_python() {
-        let cases = [
-            (1.5, "1.5"),
-            (10.0, "10.0"),
-            (-0.0, "-0.0"),
-            (1e16, "1e+16"),
-            (1e15, "1000000000000000.0"),
-            (0.0001, "0.0001"),
-            (0.00001, "1e-05"),
-            (1.5e-7, "1.5e-07"),
-            (123456.789, "123456.789"),
-            (1e100, "1e+100"),
-            (f64::INFINITY, "inf"),
-        ];
-        for (f, want) in cases {
-            assert_eq!(float_repr(f), want, "{f}");
-        }
-    }
-
-    #[test]
     fn numbers_compare_across_types_like_python() {
         assert!(py_eq(&Value::from(1), &Value::Boolean(true)));
         assert!(py_eq(&Value::from(1), &Value::F64(1.0)));
@@ -355,7 +193,6 @@ mod tests {
         assert_eq!(py_str(&Value::Boolean(true)), "True");
         assert_eq!(py_str(&Value::from(123)), "123");
         assert_eq!(py_str(&Value::F64(2.0)), "2.0");
-        assert_eq!(py_repr(&Value::from("it's")), "\"it's\"");
         assert_eq!(
             py_str(&Value::Array(vec![Value::from("a"), Value::from(1)])),
             "['a', 1]"

@@ -6,11 +6,11 @@ use std::path::{Path, PathBuf};
 
 use rmpv::Value;
 
-use crate::pyval::py_repr;
 use crate::{
     generate_minion_id, ConfigError, EncryptionAlgorithm, IdSource, IpcMode, LogLevel, Master,
     MasterConfig, MasterType, MinionConfig, Origin, SigningAlgorithm,
 };
+use halite_output::py_repr;
 
 fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     let path = dir.join(name);

@@ -1,14 +1,47 @@
-//! What every Halite binary's `main` does the same way: Salt's log levels mapped onto
-//! `tracing`, console + log-file logging for daemons and stderr logging for the CLIs, and a
-//! shutdown token cancelled by SIGINT/SIGTERM.
+//! What every Halite binary's `main` does the same way: the daemons' common flags
+//! ([`DaemonArgs`]), Salt's usage-error handling ([`parse_cli`]), Salt's log levels mapped
+//! onto `tracing`, console + log-file logging for daemons and stderr logging for the CLIs,
+//! the CLIs' runtime, and a shutdown token cancelled by SIGINT/SIGTERM.
 //!
 //! What it does not do: read configuration or decide exit codes (each binary does).
 
-use std::path::Path;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 use tokio_util::sync::CancellationToken;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
+
+/// The flags `halite-master` and `halite-minion` share, for their `#[command(flatten)]`.
+/// Each daemon names its own config file in the `config_dir` help (`mut_arg`).
+#[derive(clap::Args, Debug, Clone, PartialEq, Eq)]
+pub struct DaemonArgs {
+    /// Directory holding the config file and its `.d/` directory.
+    #[arg(short = 'c', long = "config-dir", default_value = "/etc/salt")]
+    pub config_dir: PathBuf,
+    /// Console log level (overrides `log_level`).
+    #[arg(short = 'l', long = "log-level")]
+    pub log_level: Option<String>,
+    /// Log file level (overrides `log_level_logfile`).
+    #[arg(long = "log-file-level")]
+    pub log_file_level: Option<String>,
+}
+
+impl DaemonArgs {
+    /// [`init_logging`] with these flags over the config's levels: the console at
+    /// `--log-level`, else `log_level`; the file at `--log-file-level`, else
+    /// `log_level_logfile`, else `log_level`.
+    pub fn init_logging(&self, log_level: &str, log_level_logfile: Option<&str>, log_file: &Path) {
+        let console = self.log_level.as_deref().unwrap_or(log_level);
+        let file_level = self
+            .log_file_level
+            .as_deref()
+            .or(log_level_logfile)
+            .unwrap_or(log_level);
+        init_logging(console, file_level, log_file);
+    }
+}
 
 /// Maps a Salt log level name (`garbage`, `trace`, `debug`, `profile`, `info`, `warning`,
 /// `error`, `critical`, `quiet`, `all`) to a `tracing` filter directive. Unknown names get
@@ -62,6 +95,32 @@ pub fn init_cli_logging(console: &str) {
         .init();
 }
 
+/// Parses a command line as Salt's optparse-based tools do: `--help` and `--version` print
+/// to stdout and give exit status 0, a usage error prints to stderr and gives
+/// `usage_status`.
+pub fn parse_cli<P, I, T>(args: I, usage_status: u8) -> Result<P, ExitCode>
+where
+    P: clap::Parser,
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    P::try_parse_from(args).map_err(|e| {
+        let status = if e.use_stderr() { usage_status } else { 0 };
+        let _ = e.print();
+        ExitCode::from(status)
+    })
+}
+
+/// The single-threaded tokio runtime a CLI runs its network part on; `None` once the
+/// reason it cannot start is printed to stderr.
+pub fn cli_runtime() -> Option<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| eprintln!("{e}"))
+        .ok()
+}
+
 /// A token cancelled on the first SIGINT or SIGTERM. Call inside a tokio runtime.
 pub fn shutdown_on_signals() -> CancellationToken {
     let token = CancellationToken::new();
@@ -102,5 +161,36 @@ mod tests {
         ] {
             assert_eq!(salt_level(salt), directive, "{salt}");
         }
+    }
+
+    #[test]
+    fn daemon_flags_parse() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Daemon {
+            #[command(flatten)]
+            args: DaemonArgs,
+        }
+        let parse = |words: &[&str]| {
+            Daemon::try_parse_from(std::iter::once("d").chain(words.iter().copied()))
+                .map(|d| d.args)
+                .unwrap()
+        };
+        assert_eq!(
+            parse(&[]),
+            DaemonArgs {
+                config_dir: PathBuf::from("/etc/salt"),
+                log_level: None,
+                log_file_level: None,
+            }
+        );
+        assert_eq!(
+            parse(&["-c", "/srv", "-l", "debug", "--log-file-level", "info"]),
+            DaemonArgs {
+                config_dir: PathBuf::from("/srv"),
+                log_level: Some("debug".to_owned()),
+                log_file_level: Some("info".to_owned()),
+            }
+        );
     }
 }

@@ -77,7 +77,6 @@ mod tests;
 
 use std::sync::Arc;
 
-pub use args::parse_input;
 pub use error::ExecError;
 pub use grains::core_grains;
 pub use job::{JobHandle, JobTable, NoJobs};

@@ -46,21 +46,6 @@ pub(crate) fn uname() -> Uname {
     }
 }
 
-/// `socket.gethostname()`.
-pub(crate) fn hostname() -> Option<String> {
-    let mut buf = [0u8; 256];
-    // SAFETY: the buffer is valid for `len - 1` bytes and its last byte stays NUL.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len() - 1) };
-    if rc != 0 {
-        return None;
-    }
-    let name = CStr::from_bytes_until_nul(&buf)
-        .ok()?
-        .to_string_lossy()
-        .into_owned();
-    Some(name)
-}
-
 /// Walks a `getaddrinfo` result list, freeing it afterwards.
 fn with_addrinfo<T>(
     host: &str,
@@ -562,7 +547,6 @@ mod tests {
         let u = uname();
         assert_eq!(u.sysname, "Linux");
         assert!(!u.release.is_empty());
-        assert!(hostname().is_some());
         let ifaces = interfaces();
         assert!(ifaces
             .iter()

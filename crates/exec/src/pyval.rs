@@ -1,6 +1,7 @@
 //! Python's view of msgpack values: `str()`, `repr()`, `type()`, `int()` and Salt's
 //! `is_true`, for the texts Salt builds with f-strings (`k=v` in error messages,
-//! `test.arg_repr`, `test.arg_type`).
+//! `test.arg_repr`, `test.arg_type`). `str()`, `repr()` and `type()` are
+//! `halite_output`'s, shared with the outputters and the config loader.
 //!
 //! A msgpack `str` holding bytes that are not UTF-8 is shown lossily; Python would hold
 //! `bytes` there.
@@ -11,6 +12,7 @@ use rmpv::Value;
 
 use crate::error::ExecError;
 
+pub(crate) use halite_output::{py_repr, py_str, py_type_name, str_repr as repr_str};
 pub(crate) use halite_proto::value::truthy;
 
 /// The text of a `str` (or `bin`) value, lossily decoded.
@@ -21,171 +23,12 @@ pub(crate) fn text(v: &Value) -> Option<Cow<'_, str>> {
     }
 }
 
-/// Python `str(v)`.
-pub(crate) fn py_str(v: &Value) -> String {
-    match v {
-        Value::String(s) => String::from_utf8_lossy(s.as_bytes()).into_owned(),
-        other => py_repr(other),
-    }
-}
-
-/// Python `repr(v)`.
-pub(crate) fn py_repr(v: &Value) -> String {
-    let mut out = String::new();
-    write_repr(&mut out, v);
-    out
-}
-
-fn write_repr(out: &mut String, v: &Value) {
-    match v {
-        Value::Nil => out.push_str("None"),
-        Value::Boolean(true) => out.push_str("True"),
-        Value::Boolean(false) => out.push_str("False"),
-        Value::Integer(i) => out.push_str(&i.to_string()),
-        Value::F32(f) => out.push_str(&float_repr(f64::from(*f))),
-        Value::F64(f) => out.push_str(&float_repr(*f)),
-        Value::String(s) => out.push_str(&repr_str(&String::from_utf8_lossy(s.as_bytes()))),
-        Value::Binary(b) => out.push_str(&repr_bytes(b)),
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(", ");
-                }
-                write_repr(out, item);
-            }
-            out.push(']');
-        }
-        Value::Map(entries) => {
-            out.push('{');
-            for (i, (k, v)) in entries.iter().enumerate() {
-                if i > 0 {
-                    out.push_str(", ");
-                }
-                write_repr(out, k);
-                out.push_str(": ");
-                write_repr(out, v);
-            }
-            out.push('}');
-        }
-        Value::Ext(code, data) => {
-            out.push_str(&format!("ExtType(code={code}, data={})", repr_bytes(data)));
-        }
-    }
-}
-
 /// Python `repr(tuple(items))`.
 pub(crate) fn tuple_repr(items: &[Value]) -> String {
     let inner: Vec<String> = items.iter().map(py_repr).collect();
     match inner.len() {
         1 => format!("({},)", inner[0]),
         _ => format!("({})", inner.join(", ")),
-    }
-}
-
-/// Python `repr(s)` for a `str`: single quotes unless the text has a `'` and no `"`.
-pub(crate) fn repr_str(s: &str) -> String {
-    let quote = if s.contains('\'') && !s.contains('"') {
-        '"'
-    } else {
-        '\''
-    };
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push(quote);
-    for c in s.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if c == quote => {
-                out.push('\\');
-                out.push(c);
-            }
-            c if c.is_control() => {
-                let n = u32::from(c);
-                if n <= 0xff {
-                    out.push_str(&format!("\\x{n:02x}"));
-                } else {
-                    out.push_str(&format!("\\u{n:04x}"));
-                }
-            }
-            c => out.push(c),
-        }
-    }
-    out.push(quote);
-    out
-}
-
-fn repr_bytes(b: &[u8]) -> String {
-    let quote = if b.contains(&b'\'') && !b.contains(&b'"') {
-        b'"'
-    } else {
-        b'\''
-    };
-    let mut out = String::from("b");
-    out.push(char::from(quote));
-    for &byte in b {
-        match byte {
-            b'\\' => out.push_str("\\\\"),
-            b'\n' => out.push_str("\\n"),
-            b'\r' => out.push_str("\\r"),
-            b'\t' => out.push_str("\\t"),
-            q if q == quote => {
-                out.push('\\');
-                out.push(char::from(q));
-            }
-            0x20..=0x7e => out.push(char::from(byte)),
-            _ => out.push_str(&format!("\\x{byte:02x}")),
-        }
-    }
-    out.push(char::from(quote));
-    out
-}
-
-/// Python `repr(float)`: the shortest text that reads back to the same value, in
-/// scientific notation below 1e-4 and from 1e16 on.
-pub(crate) fn float_repr(f: f64) -> String {
-    if f.is_nan() {
-        return "nan".to_owned();
-    }
-    if f.is_infinite() {
-        return if f > 0.0 { "inf" } else { "-inf" }.to_owned();
-    }
-    let sci = format!("{:e}", f.abs());
-    let (mantissa, exp) = sci.split_once('e').unwrap_or((sci.as_str(), "0"));
-    let exp: i32 = exp.parse().unwrap_or(0);
-    let digits: String = mantissa.chars().filter(char::is_ascii_digit).collect();
-    let sign = if f.is_sign_negative() { "-" } else { "" };
-    let decpt = exp + 1;
-    if !(-3..=16).contains(&decpt) {
-        let exp_sign = if exp < 0 { '-' } else { '+' };
-        return format!("{sign}{mantissa}e{exp_sign}{:02}", exp.abs());
-    }
-    let len = i32::try_from(digits.len()).unwrap_or(i32::MAX);
-    let body = if decpt <= 0 {
-        format!("0.{}{digits}", "0".repeat(decpt.unsigned_abs() as usize))
-    } else if decpt >= len {
-        format!("{digits}{}.0", "0".repeat((decpt - len) as usize))
-    } else {
-        let (int, frac) = digits.split_at(decpt as usize);
-        format!("{int}.{frac}")
-    };
-    format!("{sign}{body}")
-}
-
-/// Python `type(v).__name__`.
-pub(crate) fn py_type(v: &Value) -> &'static str {
-    match v {
-        Value::Nil => "NoneType",
-        Value::Boolean(_) => "bool",
-        Value::Integer(_) => "int",
-        Value::F32(_) | Value::F64(_) => "float",
-        Value::String(_) => "str",
-        Value::Binary(_) => "bytes",
-        Value::Array(_) => "list",
-        Value::Map(_) => "dict",
-        Value::Ext(_, _) => "ExtType",
     }
 }
 
@@ -202,7 +45,7 @@ pub(crate) fn py_int(v: &Value) -> Result<i64, ExecError> {
         Value::Binary(b) => parse_int(&String::from_utf8_lossy(b)),
         other => Err(ExecError::TypeError(format!(
             "int() argument must be a string, a bytes-like object or a real number, not '{}'",
-            py_type(other)
+            py_type_name(other)
         ))),
     }
 }
@@ -321,27 +164,6 @@ pub(crate) fn py_eq(a: &Value, b: &Value) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn floats_print_like_python_repr() {
-        for (f, want) in [
-            (0.0, "0.0"),
-            (-0.0, "-0.0"),
-            (1.0, "1.0"),
-            (1.5, "1.5"),
-            (0.1, "0.1"),
-            (1e16, "1e+16"),
-            (1234567890123456.0, "1234567890123456.0"),
-            (0.0001, "0.0001"),
-            (0.00001, "1e-05"),
-            (2.86102294921875e-06, "2.86102294921875e-06"),
-            (1.5e300, "1.5e+300"),
-            (f64::INFINITY, "inf"),
-            (-123.456, "-123.456"),
-        ] {
-            assert_eq!(float_repr(f), want, "{f}");
-        }
-    }
 
     #[test]
     fn reprs_follow_python_quoting() {

@@ -246,7 +246,7 @@ impl Registry {
             other => {
                 return Err(ExecError::TypeError(format!(
                     "'{}' object is not iterable",
-                    crate::pyval::py_type(other)
+                    crate::pyval::py_type_name(other)
                 )))
             }
         };

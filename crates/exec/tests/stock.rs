@@ -693,7 +693,7 @@ fn salt_call_argument_handling_matches_with_its_publish_data() {
     let ours = Registry::builtin().execute(
         &ctx,
         &Value::from("test.arg"),
-        &Value::Array(halite_exec::parse_input(&words, &[])),
+        &Value::Array(halite_config::args::parse_input(&words, &[])),
     );
     let mut ours = to_json(&ours.ret);
     for ret in [&mut stock, &mut ours] {

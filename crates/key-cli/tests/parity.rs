@@ -33,14 +33,6 @@ fn stock_salt_key() -> PathBuf {
     bin
 }
 
-fn current_user() -> String {
-    let out = Command::new("id").arg("-un").output().expect("run id -un");
-    String::from_utf8(out.stdout)
-        .expect("user name is UTF-8")
-        .trim()
-        .to_owned()
-}
-
 /// Key material shared by every fixture, so that the two directories of a case are equal.
 struct Material {
     master_pem: String,
@@ -81,7 +73,7 @@ fn fixture(root: &Path) {
         format!(
             "user: {}\nroot_dir: {d}\npki_dir: {d}/pki\ncachedir: {d}/cache\nsock_dir: {d}/sock\n\
              log_file: {d}/master.log\nkey_logfile: {d}/key.log\nid: testm_master\n",
-            current_user()
+            halite_config::current_user().expect("the test user has a passwd entry")
         ),
     )
     .unwrap();

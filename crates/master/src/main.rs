@@ -1,26 +1,23 @@
 //! `halite-master`: parses flags, loads the config, sets up logging, runs the master.
 
 use clap::Parser;
-use std::path::PathBuf;
+use halite_daemon::DaemonArgs;
 use std::process::ExitCode;
 
 /// The Halite master: a drop-in for salt-master.
 #[derive(Parser)]
-#[command(name = "halite-master", version)]
+#[command(
+    name = "halite-master",
+    version,
+    mut_arg("config_dir", |a| a.help("Directory holding the `master` config file and `master.d/`"))
+)]
 struct Args {
-    /// Directory holding the `master` config file and `master.d/`.
-    #[arg(short = 'c', long = "config-dir", default_value = "/etc/salt")]
-    config_dir: PathBuf,
-    /// Console log level (overrides `log_level`).
-    #[arg(short = 'l', long = "log-level")]
-    log_level: Option<String>,
-    /// Log file level (overrides `log_level_logfile`).
-    #[arg(long = "log-file-level")]
-    log_file_level: Option<String>,
+    #[command(flatten)]
+    daemon: DaemonArgs,
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let args = Args::parse().daemon;
     let cfg = match halite_config::MasterConfig::load(&args.config_dir) {
         Ok(c) => c,
         Err(e) => {
@@ -28,13 +25,11 @@ fn main() -> ExitCode {
             return ExitCode::from(78);
         }
     };
-    let console = args.log_level.as_deref().unwrap_or(cfg.log_level.as_str());
-    let file_level = args
-        .log_file_level
-        .as_deref()
-        .or(cfg.log_level_logfile.map(|l| l.as_str()))
-        .unwrap_or(cfg.log_level.as_str());
-    halite_daemon::init_logging(console, file_level, std::path::Path::new(&cfg.log_file));
+    args.init_logging(
+        cfg.log_level.as_str(),
+        cfg.log_level_logfile.map(|l| l.as_str()),
+        std::path::Path::new(&cfg.log_file),
+    );
     for unknown in cfg.unknown_options() {
         tracing::debug!("Unknown configuration option {unknown:?} ignored");
     }

@@ -15,25 +15,8 @@ fn halite_master_drives_halite_minions_and_they_survive_a_restart() {
     let mut master = start_halite_master(&root);
     wait_for_port(root.ret_port(), Duration::from_secs(30));
     let ids = ["n1", "n2"];
-    let _minions: Vec<Proc> = ids
-        .iter()
-        .map(|id| start_halite_minion(&root, id))
-        .collect();
-
     // Pending keys are retried until accepted.
-    let arrived = wait_until(JOIN, || {
-        let mut pending = pending_keys(&root);
-        pending.sort();
-        pending == ids
-    });
-    assert!(arrived, "keys never all pending: {:?}", pending_keys(&root));
-    for id in ids {
-        wait_for_log(
-            &root.minion_log(id),
-            "The Salt Master has cached the public key for this node",
-            JOIN,
-        );
-    }
+    let _minions = start_minions_until_pending(&root, &ids);
     assert_success("halite-key -A", &run_halite_key(&root, ["-A", "-y"]));
     Cli::Halite.wait_for_pings(&root, &ids);
     check_jobs(&root, Cli::Halite, ids);

@@ -12,9 +12,10 @@
 //! fallback to `nested` when an outputter raises `TypeError` (e.g. `yaml` with
 //! `output_indent: pretty`).
 //!
-//! This crate does not choose colors from the terminal, write files, or log: the caller
-//! decides `color` (Salt: `--force-color`, `--no-color`, else "stdout is a tty") and
-//! logs [`Error::UnknownOutputter`] before falling back to nested. The `highstate`,
+//! This crate does not write files or log: the caller logs [`Error::UnknownOutputter`]
+//! before falling back to nested, and decides `color`; [`OutputArgs`], the output flags
+//! the CLIs share, applies Salt's rule (`--force-color`, `--no-color`, else "stdout is a
+//! tty"). The `highstate`,
 //! `table`, `key` and `progress` outputters and color themes are not implemented.
 //! `quiet` is not a Salt 3008.3 outputter either: Salt logs the invalid-outputter error
 //! for it and prints nested, and so does [`Outputter::from_name`].
@@ -24,6 +25,10 @@
 //! its repr string; dict keys that are NaN sort as equal to everything; json and
 //! pprint indents are capped at [`MAX_INDENT`].
 //!
+//! The Python `repr()`/`str()` of a value that the outputters build on is exported too
+//! ([`py_repr`], [`py_str`], [`str_repr`], with [`py_type_name`]), for the crates that
+//! quote values in Salt's messages.
+//!
 //! Invariants: rendering never fails and never panics, whatever the data; the data is
 //! first decoded exactly as `salt.payload.loads` decodes a msgpack return (see the
 //! `py` module), so non-UTF-8 strings render as Python `bytes`; with `color` off the
@@ -31,6 +36,7 @@
 
 #![deny(missing_docs)]
 
+mod cli;
 mod color;
 mod json;
 mod nested;
@@ -43,7 +49,9 @@ mod yaml;
 use std::fmt;
 use std::str::FromStr;
 
+pub use cli::OutputArgs;
 use py::Py;
+pub use py::{py_repr, py_str, py_type_name, str_repr};
 
 /// Errors from naming an outputter.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -282,6 +290,17 @@ mod tests {
     use super::*;
     use rmpv::Value as V;
 
+    /// Every implemented outputter.
+    const ALL: [Outputter; 7] = [
+        Outputter::Nested,
+        Outputter::Json,
+        Outputter::Yaml,
+        Outputter::Txt,
+        Outputter::Raw,
+        Outputter::Pprint,
+        Outputter::NoReturn,
+    ];
+
     fn minion(id: &str, ret: V) -> V {
         V::Map(vec![(V::from(id), ret)])
     }
@@ -298,15 +317,7 @@ mod tests {
             Outputter::from_name("highstate"),
             Err(Error::NotImplemented("highstate".to_owned()))
         );
-        for out in [
-            Outputter::Nested,
-            Outputter::Json,
-            Outputter::Yaml,
-            Outputter::Txt,
-            Outputter::Raw,
-            Outputter::Pprint,
-            Outputter::NoReturn,
-        ] {
+        for out in ALL {
             assert_eq!(out.name().parse::<Outputter>(), Ok(out));
         }
     }
@@ -392,15 +403,7 @@ mod tests {
             OutputIndent::Spaces(i64::MAX),
             OutputIndent::Spaces(i64::MIN),
         ];
-        for out in [
-            Outputter::Nested,
-            Outputter::Json,
-            Outputter::Yaml,
-            Outputter::Txt,
-            Outputter::Raw,
-            Outputter::Pprint,
-            Outputter::NoReturn,
-        ] {
+        for out in ALL {
             for indent in indents {
                 let opts = OutputOptions {
                     indent,

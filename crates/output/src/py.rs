@@ -147,10 +147,26 @@ enum KeyId {
     Unique(usize),
 }
 
+/// How msgpack `str` and `bin` become Python objects.
+#[derive(Clone, Copy)]
+enum Strings {
+    /// `raw=True` and then `decode_embedded_strs`, as for the returns the CLIs print: both
+    /// become `str` when they are UTF-8 and `bytes` otherwise.
+    Embedded,
+    /// `raw=False`, as for a minion's job arguments: `str` is `str` (decoded lossily where
+    /// Python would raise) and `bin` is `bytes`.
+    Typed,
+}
+
 impl Py {
     /// Converts a msgpack value the way `salt.payload.loads` does.
     pub(crate) fn from_msgpack(value: &rmpv::Value) -> Py {
+        Py::decode(value, Strings::Embedded)
+    }
+
+    fn decode(value: &rmpv::Value, strings: Strings) -> Py {
         use rmpv::Value as V;
+        let decode = |v: &V| Py::decode(v, strings);
         match value {
             V::Nil => Py::None,
             V::Boolean(b) => Py::Bool(*b),
@@ -161,8 +177,14 @@ impl Py {
             },
             V::F32(f) => Py::Float(f64::from(*f)),
             V::F64(f) => Py::Float(*f),
-            V::String(s) => Py::from_bytes(s.as_bytes()),
-            V::Binary(b) => Py::from_bytes(b),
+            V::String(s) => match strings {
+                Strings::Embedded => Py::from_bytes(s.as_bytes()),
+                Strings::Typed => Py::Str(String::from_utf8_lossy(s.as_bytes()).into_owned()),
+            },
+            V::Binary(b) => match strings {
+                Strings::Embedded => Py::from_bytes(b),
+                Strings::Typed => Py::Bytes(b.clone()),
+            },
             V::Ext(code, data) => {
                 match (*code == EXT_DATETIME)
                     .then(|| DateTime::parse(data))
@@ -172,13 +194,13 @@ impl Py {
                     None => Py::from_bytes(data),
                 }
             }
-            V::Array(items) => Py::List(items.iter().map(Py::from_msgpack).collect()),
+            V::Array(items) => Py::List(items.iter().map(decode).collect()),
             V::Map(pairs) => Py::dict_from_pairs(pairs.iter().map(|(k, v)| {
                 let key = match k {
-                    V::Array(_) | V::Map(_) => Py::Str(Py::from_msgpack(k).repr()),
-                    _ => Py::from_msgpack(k),
+                    V::Array(_) | V::Map(_) => Py::Str(decode(k).repr()),
+                    _ => decode(k),
                 };
-                (key, Py::from_msgpack(v))
+                (key, decode(v))
             })),
         }
     }
@@ -429,6 +451,38 @@ pub(crate) fn pprint_sorted(items: &[(Py, Py)]) -> Vec<&(Py, Py)> {
     sorted
 }
 
+/// Python's `repr(v)` of a msgpack value as `salt.payload.loads(raw=False)` hands it to a
+/// minion's functions: `str` is `str` (decoded lossily where it is not UTF-8), `bin` is
+/// `bytes`, equal dict keys collapse, extension type 78 is a `datetime`.
+pub fn py_repr(v: &rmpv::Value) -> String {
+    Py::decode(v, Strings::Typed).repr()
+}
+
+/// Python's `str(v)` of a msgpack value seen as [`py_repr`] sees it: the text of a `str`,
+/// `isoformat(' ')` of a `datetime`, and `repr()` of anything else.
+pub fn py_str(v: &rmpv::Value) -> String {
+    match v {
+        rmpv::Value::String(s) => String::from_utf8_lossy(s.as_bytes()).into_owned(),
+        other => Py::decode(other, Strings::Typed).to_str(),
+    }
+}
+
+/// Python's `type(v).__name__` for a msgpack value (`ExtType` for an extension type).
+pub fn py_type_name(v: &rmpv::Value) -> &'static str {
+    use rmpv::Value as V;
+    match v {
+        V::Nil => "NoneType",
+        V::Boolean(_) => "bool",
+        V::Integer(_) => "int",
+        V::F32(_) | V::F64(_) => "float",
+        V::String(_) => "str",
+        V::Binary(_) => "bytes",
+        V::Array(_) => "list",
+        V::Map(_) => "dict",
+        V::Ext(..) => "ExtType",
+    }
+}
+
 /// `repr(float)`: shortest round-trip digits, exponent form outside 1e-4 <= |x| < 1e16.
 pub(crate) fn float_repr(f: f64) -> String {
     if f.is_nan() {
@@ -506,8 +560,9 @@ fn quote_for(has_single: bool, has_double: bool) -> char {
     }
 }
 
-/// `repr(str)`.
-pub(crate) fn str_repr(s: &str) -> String {
+/// Python's `repr(s)` for a `str`: `'` quotes unless the text has a `'` and no `"`, and
+/// the escapes of `str.isprintable()`.
+pub fn str_repr(s: &str) -> String {
     let quote = quote_for(s.contains('\''), s.contains('"'));
     let mut out = String::with_capacity(s.len() + 2);
     out.push(quote);
@@ -677,6 +732,24 @@ mod tests {
         for (input, want) in cases {
             assert_eq!(str_repr(input), want, "{input:?}");
         }
+    }
+
+    #[test]
+    fn job_argument_reprs_keep_str_and_bytes_apart() {
+        use rmpv::Value as V;
+        let v = V::Array(vec![
+            V::from("it's"),
+            V::Binary(b"a'\x00".to_vec()),
+            rmpv::decode::read_value(&mut &[0xa1, 0xff][..]).unwrap(),
+            V::Map(vec![(V::from(1), V::Nil), (V::F64(1.0), V::Boolean(true))]),
+        ]);
+        assert_eq!(
+            py_repr(&v),
+            "[\"it's\", b\"a'\\x00\", '\u{fffd}', {1: True}]"
+        );
+        assert_eq!(py_str(&V::from("plain")), "plain");
+        assert_eq!(py_str(&V::F64(2.0)), "2.0");
+        assert_eq!(py_str(&V::Nil), "None");
     }
 
     #[test]

@@ -17,11 +17,11 @@ mod state_event;
 use clap::Parser;
 use halite_config::MasterConfig;
 use halite_journal::{state_event_line, MasterBus, Since, TagFilter};
-use halite_output::{OutputIndent, OutputOptions, Outputter};
+use halite_output::{OutputArgs, Outputter};
 use halite_proto::value::s;
 use halite_proto::Value;
 use state_event::{bind, EventArgs, ExprMatch};
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -33,7 +33,11 @@ const EX_USAGE: u8 = 42;
 #[command(
     name = "halite-run",
     version,
-    about = "Run a master-side runner (the `salt-run` command)"
+    about = "Run a master-side runner (the `salt-run` command)",
+    mut_arg("out", |a| a.help("Outputter for the runner's return")),
+    mut_arg("out_indent", |a| a.help(
+        "Indentation for json and yaml returns; negative means compact"
+    ))
 )]
 struct Cli {
     /// Directory holding the `master` config file.
@@ -42,32 +46,17 @@ struct Cli {
     /// Console log level.
     #[arg(short = 'l', long = "log-level", default_value = "warning")]
     log_level: String,
-    /// Outputter for the runner's return.
-    #[arg(long = "out", visible_alias = "output")]
-    out: Option<String>,
-    /// Indentation for json and yaml returns; negative means compact.
-    #[arg(
-        long = "out-indent",
-        visible_alias = "output-indent",
-        allow_hyphen_values = true
-    )]
-    out_indent: Option<i64>,
-    /// Never color the output.
-    #[arg(long = "no-color", visible_alias = "no-colour")]
-    no_color: bool,
+    #[command(flatten)]
+    output: OutputArgs,
     /// The runner function and its arguments (`key=value` for keyword arguments).
     #[arg(num_args = 0.., allow_hyphen_values = true)]
     rest: Vec<String>,
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli: Cli = match halite_daemon::parse_cli(std::env::args_os(), EX_USAGE) {
         Ok(c) => c,
-        Err(e) => {
-            let code = if e.use_stderr() { EX_USAGE } else { 0 };
-            let _ = e.print();
-            return ExitCode::from(code);
-        }
+        Err(status) => return status,
     };
     halite_daemon::init_cli_logging(&cli.log_level);
     let cfg = match MasterConfig::load(&cli.config_dir) {
@@ -85,7 +74,7 @@ fn main() -> ExitCode {
         println!("'{fun}' is not available.");
         return ExitCode::SUCCESS;
     }
-    let args = halite_client::args::parse_input(&cli.rest[1..], &[]);
+    let args = halite_config::args::parse_input(&cli.rest[1..], &[]);
     let (event_args, fun_args) = match bind(&args) {
         Ok(b) => b,
         Err(msg) => {
@@ -100,15 +89,8 @@ fn main() -> ExitCode {
         );
         return ExitCode::from(1);
     }
-    let rt = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(r) => r,
-        Err(e) => {
-            eprintln!("{e}");
-            return ExitCode::from(2);
-        }
+    let Some(rt) = halite_daemon::cli_runtime() else {
+        return ExitCode::from(2);
     };
     rt.block_on(run(&cli, &cfg, event_args, fun_args))
 }
@@ -228,7 +210,7 @@ fn write_proc_file(cfg: &MasterConfig, jid: &str, data: &[(Value, Value)]) -> Op
 
 /// `salt.utils.user.get_specific_user`: the user name, or `sudo_<SUDO_USER>` for root.
 fn specific_user() -> String {
-    let user = current_user().unwrap_or_else(|| "UNKNOWN".to_owned());
+    let user = halite_config::current_user().unwrap_or_else(|| "UNKNOWN".to_owned());
     if user == "root" {
         if let Some(sudo) = std::env::var_os("SUDO_USER") {
             return format!("sudo_{}", sudo.to_string_lossy());
@@ -237,24 +219,9 @@ fn specific_user() -> String {
     user
 }
 
-fn current_user() -> Option<String> {
-    // SAFETY: getpwuid returns a pointer to static storage or null; the name is copied out
-    // before any other call into the passwd functions.
-    unsafe {
-        let pw = libc::getpwuid(libc::geteuid());
-        if pw.is_null() {
-            return None;
-        }
-        std::ffi::CStr::from_ptr((*pw).pw_name)
-            .to_str()
-            .ok()
-            .map(str::to_owned)
-    }
-}
-
 /// Prints the runner's return as `salt-run` does (`display_output`, nested by default).
 fn print_return(cli: &Cli, ret: &Value) {
-    let out = match cli.out.as_deref().map(Outputter::from_name) {
+    let out = match cli.output.out.as_deref().map(Outputter::from_name) {
         None => Outputter::Nested,
         Some(Ok(o)) => o,
         Some(Err(e)) => {
@@ -262,15 +229,10 @@ fn print_return(cli: &Cli, ret: &Value) {
             Outputter::Nested
         }
     };
-    if cli.out.as_deref() == Some("quiet") {
+    if cli.output.quiet() {
         return;
     }
-    let opts = OutputOptions {
-        color: !cli.no_color && std::io::stdout().is_terminal(),
-        indent: cli.out_indent.map(OutputIndent::Spaces).unwrap_or_default(),
-        ..OutputOptions::default()
-    };
-    let text = halite_output::render(out, ret, &opts);
+    let text = halite_output::render(out, ret, &cli.output.options());
     let mut stdout = std::io::stdout().lock();
     let _ = stdout.write_all(text.as_bytes());
     let _ = stdout.flush();

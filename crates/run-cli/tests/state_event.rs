@@ -5,8 +5,8 @@ use halite_journal::{BusEvent, MasterBus, Since, TagFilter};
 use halite_proto::value::map;
 use halite_proto::Value;
 use halite_testkit::{
-    halite_bin, salt_venv, start_halite_master, stock_command, wait_for_log, wait_until, Proc,
-    TempRoot,
+    assert_success, halite_bin, salt_venv, start_halite_master, stock_command, wait_for_log,
+    wait_until, Proc, TempRoot,
 };
 use std::process::Command;
 use std::time::Duration;
@@ -96,11 +96,7 @@ fn halite_run_prints_exactly_what_salt_run_prints() {
         .arg(root.master_config_file())
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_success("firing from stock Python", &out);
 
     for p in [
         &mut compact.stock,

@@ -118,21 +118,8 @@ impl TempRoot {
     /// # Panics
     /// When `extra_yaml` is not a YAML mapping or the file cannot be written.
     pub fn write_master_config(&self, extra_yaml: &str) {
-        let r = self.master_root();
-        let r = r
-            .to_str()
-            .unwrap_or_else(|| panic!("non-UTF-8 temp path {}", r.display()));
-        for sub in [
-            "pki",
-            "cache",
-            "sock",
-            "run",
-            "log",
-            "srv/salt",
-            "srv/pillar",
-        ] {
-            mkdirs(&Path::new(r).join(sub));
-        }
+        let root = self.master_root();
+        let r = make_config_root(&root);
         let defaults = json!({
             "interface": "127.0.0.1",
             "publish_port": self.publish_port,
@@ -171,20 +158,7 @@ impl TempRoot {
     /// `extra_yaml` is not a YAML mapping, or a file cannot be written.
     pub fn add_minion_with(&self, id: &str, extra_yaml: &str) -> PathBuf {
         let dir = self.minion_config_dir(id);
-        let r = dir
-            .to_str()
-            .unwrap_or_else(|| panic!("non-UTF-8 temp path {}", dir.display()));
-        for sub in [
-            "pki",
-            "cache",
-            "sock",
-            "run",
-            "log",
-            "srv/salt",
-            "srv/pillar",
-        ] {
-            mkdirs(&Path::new(r).join(sub));
-        }
+        let r = make_config_root(&dir);
         let defaults = json!({
             "id": id,
             "master": "127.0.0.1",
@@ -298,21 +272,9 @@ impl Drop for TempRoot {
 /// Name of the user running the tests (written as `user:` so Salt does not try to switch).
 ///
 /// # Panics
-/// When `id -un` fails.
+/// When the user database has no entry for the effective user.
 pub fn current_user() -> String {
-    static USER: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    USER.get_or_init(|| {
-        let out = std::process::Command::new("id")
-            .arg("-un")
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run `id -un`: {e}"));
-        let name = String::from_utf8_lossy(&out.stdout).trim().to_owned();
-        if !out.status.success() || name.is_empty() {
-            panic!("`id -un` failed: {}", String::from_utf8_lossy(&out.stderr));
-        }
-        name
-    })
-    .clone()
+    halite_config::current_user().expect("the user running the tests has no passwd entry")
 }
 
 /// Merges `extra_yaml` over `defaults` and writes the result to `path`.
@@ -351,6 +313,26 @@ fn check_id(id: &str) {
     if !plain {
         panic!("minion id {id:?} is not a plain name usable as a directory name");
     }
+}
+
+/// Creates the directories a master or minion config rooted at `dir` points into, and
+/// returns `dir` as the text the config values are built from.
+fn make_config_root(dir: &Path) -> &str {
+    let r = dir
+        .to_str()
+        .unwrap_or_else(|| panic!("non-UTF-8 temp path {}", dir.display()));
+    for sub in [
+        "pki",
+        "cache",
+        "sock",
+        "run",
+        "log",
+        "srv/salt",
+        "srv/pillar",
+    ] {
+        mkdirs(&dir.join(sub));
+    }
+    r
 }
 
 fn mkdirs(path: &Path) {

@@ -193,23 +193,17 @@ impl PubServer {
 
     /// Closes the port and every connection, and stops the thread. Idempotent.
     pub fn shutdown(&self) {
-        let stop = self
-            .stop
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some(stop) = stop {
+        if let Some(stop) = take(&self.stop) {
             let _ = stop.send(());
         }
-        let thread = self
-            .thread
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some(t) = thread {
+        if let Some(t) = take(&self.thread) {
             let _ = t.join();
         }
     }
+}
+
+fn take<T>(slot: &Mutex<Option<T>>) -> Option<T> {
+    slot.lock().unwrap_or_else(PoisonError::into_inner).take()
 }
 
 impl Drop for PubServer {

@@ -76,7 +76,7 @@ pub fn load_bytes(input: &[u8]) -> Result<Value, YamlError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pyval::py_repr;
+    use halite_output::py_repr;
 
     /// Documents and Python's `repr(salt.utils.yaml.safe_load(doc))` in the stock Salt
     /// 3008.3 venv ("ERR" where Salt raises). One deliberate deviation is marked inline.

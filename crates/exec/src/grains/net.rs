@@ -201,7 +201,7 @@ pub(super) fn fqdns(ifaces: &[Interface]) -> Value {
 
 /// `hostname()`: `localhost`, `fqdn`, `host`, `domain`; returns the FQDN.
 pub(super) fn hostname_grains(g: &mut Grains) -> String {
-    let localhost = crate::os::hostname().unwrap_or_default();
+    let localhost = halite_config::hostname().unwrap_or_default();
     let fqdn = crate::os::canonical_name(&localhost)
         .or_else(|| (!localhost.is_empty()).then(|| localhost.clone()))
         .unwrap_or_else(|| "localhost.localdomain".to_owned());

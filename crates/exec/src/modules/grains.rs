@@ -150,7 +150,7 @@ pub(crate) fn filter_by_data(
             "AttributeError",
             format!(
                 "'{}' object has no attribute 'get'",
-                crate::pyval::py_type(lookup_dict)
+                crate::pyval::py_type_name(lookup_dict)
             ),
         ));
     };

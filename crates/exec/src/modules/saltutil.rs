@@ -58,7 +58,7 @@ fn is_running(inv: &mut Invocation<'_>) -> Result<Value, ExecError> {
     let Some(pattern) = text(pattern).map(|p| p.into_owned()) else {
         return Err(ExecError::TypeError(format!(
             "expected str, bytes or os.PathLike object, not {}",
-            crate::pyval::py_type(pattern)
+            crate::pyval::py_type_name(pattern)
         )));
     };
     Ok(Value::Array(

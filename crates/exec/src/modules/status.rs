@@ -6,7 +6,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use rmpv::Value;
 
 use crate::error::ExecError;
-use crate::pyval::{py_type, text};
+use crate::pyval::{py_type_name, text};
 use crate::registry::{Export, Invocation};
 
 pub(crate) const EXPORTS: &[Export] = &[
@@ -167,7 +167,10 @@ fn diskusage(inv: &mut Invocation<'_>) -> Result<Value, ExecError> {
         let Some(arg) = text(arg) else {
             return Err(ExecError::exception(
                 "AttributeError",
-                format!("'{}' object has no attribute 'startswith'", py_type(arg)),
+                format!(
+                    "'{}' object has no attribute 'startswith'",
+                    py_type_name(arg)
+                ),
             ));
         };
         if arg.starts_with('/') {

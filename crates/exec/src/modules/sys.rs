@@ -3,7 +3,7 @@
 use rmpv::Value;
 
 use crate::error::ExecError;
-use crate::pyval::py_type;
+use crate::pyval::py_type_name;
 use crate::registry::{Export, Invocation, Registry};
 
 pub(crate) const EXPORTS: &[Export] = &[
@@ -27,7 +27,7 @@ fn name_arg(v: &Value) -> Result<String, ExecError> {
         )),
         other => Err(ExecError::TypeError(format!(
             "argument of type '{}' is not iterable",
-            py_type(other)
+            py_type_name(other)
         ))),
     }
 }

@@ -7,7 +7,7 @@ use rmpv::Value;
 use super::{check_cancel, interruptible_sleep};
 use crate::args::Kwargs;
 use crate::error::ExecError;
-use crate::pyval::{py_int, py_repr, py_str, py_type, text, truthy, tuple_repr};
+use crate::pyval::{py_int, py_repr, py_str, py_type_name, text, truthy, tuple_repr};
 use crate::registry::{Export, Invocation};
 use crate::SALT_VERSION;
 
@@ -112,7 +112,7 @@ fn arg_repr(inv: &mut Invocation<'_>) -> Result<Value, ExecError> {
 }
 
 fn arg_type(inv: &mut Invocation<'_>) -> Result<Value, ExecError> {
-    let class = |v: &Value| Value::from(format!("<class '{}'>", py_type(v)));
+    let class = |v: &Value| Value::from(format!("<class '{}'>", py_type_name(v)));
     Ok(map(vec![
         (
             "args",
@@ -283,7 +283,7 @@ fn random_hash(inv: &mut Invocation<'_>) -> Result<Value, ExecError> {
     let Some(hash_type) = text(&hash_type).map(|t| t.into_owned()) else {
         return Err(ExecError::TypeError(format!(
             "attribute name must be string, not '{}'",
-            py_type(&hash_type)
+            py_type_name(&hash_type)
         )));
     };
     if size < 0 {
@@ -352,7 +352,7 @@ fn cross_test(inv: &mut Invocation<'_>) -> Result<Value, ExecError> {
         other => {
             return Err(ExecError::TypeError(format!(
                 "salt.loaded.int.module.{func}() argument after * must be an iterable, not {}",
-                py_type(other)
+                py_type_name(other)
             )))
         }
     };

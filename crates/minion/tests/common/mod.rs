@@ -14,7 +14,10 @@ use halite_proto::pem::clean_key;
 use halite_proto::rsa::{PrivateKey, PublicKey, SigAlgo};
 use halite_proto::value::{self, map, s};
 use halite_proto::Value;
-use halite_testkit::{run_halite, run_stock_salt, run_stock_salt_key, wait_until, TempRoot};
+use halite_testkit::{
+    run_halite, run_stock_salt, run_stock_salt_key, start_halite_minion, wait_for_log, wait_until,
+    Proc, TempRoot,
+};
 use serde_json::Map;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::mpsc;
@@ -85,6 +88,26 @@ pub fn pending_keys(root: &TempRoot) -> Vec<String> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// Starts a Halite minion for each of `ids` against the master of `root`, and waits until
+/// all their keys are pending and each minion has logged that the master cached its key.
+pub fn start_minions_until_pending(root: &TempRoot, ids: &[&str]) -> Vec<Proc> {
+    let minions = ids.iter().map(|id| start_halite_minion(root, id)).collect();
+    let arrived = wait_until(JOIN, || {
+        let mut pending = pending_keys(root);
+        pending.sort();
+        pending == ids
+    });
+    assert!(arrived, "keys never all pending: {:?}", pending_keys(root));
+    for id in ids {
+        wait_for_log(
+            &root.minion_log(id),
+            "The Salt Master has cached the public key for this node",
+            JOIN,
+        );
+    }
+    minions
 }
 
 // ----------------------------------------------------------------------------- fake master
