@@ -36,13 +36,7 @@ with salt.utils.event.get_event(node, sock_dir=sock_dir, opts=opts, listen=True)
 "#;
 
 fn salt_python() -> PathBuf {
-    let py = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.salt-venv/bin/python");
-    assert!(
-        py.exists(),
-        "stock Salt venv not found at {}: run .ci/run to create it",
-        py.display()
-    );
-    py
+    halite_testkit::salt_venv().join("bin/python")
 }
 
 struct Python {

@@ -9,19 +9,10 @@ use std::sync::Arc;
 use halite_exec::{core_grains, Context, JobHandle, NoJobs, Registry, Value};
 use serde_json::Value as Json;
 
-fn workspace() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// The venv's Python; fails the test with instructions when the venv is missing.
+/// A program of the stock Salt venv (`halite_testkit::salt_venv`: fails the test with
+/// instructions when the venv is missing).
 fn venv_bin(name: &str) -> PathBuf {
-    let bin = workspace().join(".salt-venv/bin").join(name);
-    assert!(
-        bin.exists(),
-        "stock Salt venv not found at {}: run .ci/run to create it",
-        bin.display()
-    );
-    bin
+    halite_testkit::salt_venv().join("bin").join(name)
 }
 
 /// A minion configuration directory for both implementations.

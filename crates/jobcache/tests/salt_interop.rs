@@ -13,21 +13,9 @@ use serde_json::json;
 
 const JID: &str = "20240101120000123456";
 
-fn venv() -> PathBuf {
-    std::env::var_os("HALITE_SALT_VENV")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.salt-venv"))
-}
-
 /// The venv's python; a missing venv fails the test (CI always installs it).
 fn salt_python() -> PathBuf {
-    let python = venv().join("bin/python");
-    assert!(
-        python.exists(),
-        "stock Salt venv missing at {}: run .ci/run (or `python3 -m venv .salt-venv && .salt-venv/bin/pip install salt==3008.3`)",
-        python.display()
-    );
-    python
+    halite_testkit::salt_venv().join("bin/python")
 }
 
 /// Salt's own `local_cache` code, driven from the command line; prints JSON.

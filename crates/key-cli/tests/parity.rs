@@ -23,14 +23,7 @@ use std::sync::OnceLock;
 const HALITE_KEY: &str = env!("CARGO_BIN_EXE_halite-key");
 
 fn stock_salt_key() -> PathBuf {
-    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.salt-venv");
-    let bin = venv.join("bin/salt-key");
-    assert!(
-        bin.is_file(),
-        "stock Salt is missing at {}: run .ci/run to create the .salt-venv before these tests",
-        bin.display()
-    );
-    bin
+    halite_testkit::salt_venv().join("bin/salt-key")
 }
 
 /// Key material shared by every fixture, so that the two directories of a case are equal.

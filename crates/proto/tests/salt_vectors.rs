@@ -155,12 +155,18 @@ fn view(v: &Value, reader: Reader) -> Value {
     }
 }
 
+/// `$HALITE_SALT_PYTHON`, else the python of `$HALITE_SALT_VENV` (the venv `.ci/run`
+/// names), else of `<repo>/.salt-venv`. (halite-testkit's `salt_venv` is not used here:
+/// the kit depends on crates that depend on this one.)
 fn salt_python() -> PathBuf {
-    std::env::var_os("HALITE_SALT_PYTHON")
+    if let Some(python) = std::env::var_os("HALITE_SALT_PYTHON") {
+        return PathBuf::from(python);
+    }
+    std::env::var_os("HALITE_SALT_VENV")
+        .filter(|v| !v.is_empty())
         .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.salt-venv/bin/python")
-        })
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.salt-venv"))
+        .join("bin/python")
 }
 
 /// Runs `salt_check.py cmd` in the stock-Salt venv with `input`, returning its answer.
