@@ -551,12 +551,13 @@ impl Master {
             return AesReply::Send(Value::Nil);
         };
         value::remove(&mut load, "sig");
+        let packed = value::encode(&load);
         self.events
-            .fire(&format!("salt/job/{jid}/ret/{}", call.id), load.clone());
+            .fire(&format!("salt/job/{jid}/ret/{}", call.id), load);
         self.jobs.send(JobOp::Return {
             jid,
             id: call.id.to_owned(),
-            load,
+            packed,
         });
         AesReply::Send(Value::Nil)
     }
