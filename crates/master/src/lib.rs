@@ -197,7 +197,7 @@ fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error)
 /// `salt.daemons.masterapi.access_keys` does, and returns them.
 fn write_client_keys(cfg: &MasterConfig) -> Result<Vec<(String, String)>, Error> {
     let mut users = vec![cfg.user.clone(), "root".to_owned()];
-    if let Some(me) = current_user() {
+    if let Some(me) = halite_config::current_user() {
         users.push(me);
     }
     users.sort();
@@ -218,21 +218,6 @@ fn write_client_keys(cfg: &MasterConfig) -> Result<Vec<(String, String)>, Error>
         out.push((user, key));
     }
     Ok(out)
-}
-
-fn current_user() -> Option<String> {
-    // SAFETY: getpwuid returns a pointer to static storage or null; the name is copied out
-    // before any other call into the passwd functions.
-    unsafe {
-        let pw = libc::getpwuid(libc::geteuid());
-        if pw.is_null() {
-            return None;
-        }
-        std::ffi::CStr::from_ptr((*pw).pw_name)
-            .to_str()
-            .ok()
-            .map(str::to_owned)
-    }
 }
 
 fn make_dir(path: &Path, mode: u32) -> Result<(), Error> {
