@@ -36,6 +36,10 @@ use tokio::time::Instant;
 /// Largest frame a subscriber may send (subscriptions and commands are a few bytes).
 const MAX_INCOMING_FRAME: usize = 64 * 1024;
 
+/// Most subscriptions one subscriber may hold (a Salt minion holds one or two); more is a
+/// protocol error, so a peer cannot grow the master's memory by subscribing.
+const MAX_TOPICS: usize = 256;
+
 /// How long a connecting peer has to finish the greeting and `READY` (libzmq's
 /// `ZMQ_HANDSHAKE_IVL` default).
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -455,6 +459,11 @@ async fn subscribed(
             match zmtp::subscription(&frame) {
                 Some(Subscription::Subscribe(topic)) => {
                     if let Some(s) = lock(registry).subscribers.get_mut(&id) {
+                        if s.topics.len() >= MAX_TOPICS {
+                            return End::Protocol(zmtp::ProtocolError(format!(
+                                "more than {MAX_TOPICS} subscriptions"
+                            )));
+                        }
                         s.topics.push(topic.to_vec());
                     }
                 }

@@ -333,6 +333,21 @@ fn garbage_and_wrong_peers_are_dropped_while_subscribers_keep_receiving() {
     huge.stream.write_all(&header).unwrap();
     assert!(huge.closed_by_server(), "oversized frame accepted");
 
+    // Subscribing without end (256 subscriptions are allowed), in one write so that the
+    // server's close cannot fail the test's own writes.
+    let mut greedy = Raw::handshaken(&srv, SocketType::Sub, 0);
+    let mut subs = Vec::new();
+    for i in 0..300u32 {
+        let mut sub = vec![1u8];
+        sub.extend_from_slice(&i.to_be_bytes());
+        zmtp::encode_frame(&mut subs, &sub, false, false);
+    }
+    greedy.stream.write_all(&subs).unwrap();
+    assert!(
+        greedy.closed_by_server(),
+        "unbounded subscriptions accepted"
+    );
+
     let mut flags = Raw::handshaken(&srv, SocketType::Sub, 0);
     flags.stream.write_all(&[0xf0, 1, 1]).unwrap();
     assert!(flags.closed_by_server(), "invalid flags accepted");
