@@ -36,8 +36,7 @@ impl From<ProtocolError> for Error {
 #[derive(Debug)]
 pub struct Conn {
     stream: TcpStream,
-    buf: Vec<u8>,
-    start: usize,
+    frames: zmtp::FrameBuf,
     parts: Vec<Vec<u8>>,
 }
 
@@ -60,8 +59,7 @@ impl Conn {
         stream.set_nodelay(true).map_err(io(addr))?;
         let mut conn = Conn {
             stream,
-            buf: Vec::new(),
-            start: 0,
+            frames: zmtp::FrameBuf::new(MAX_FRAME),
             parts: Vec::new(),
         };
         conn.stream
@@ -84,31 +82,21 @@ impl Conn {
 
     async fn next_command(&mut self) -> Result<Vec<u8>, Error> {
         loop {
-            if let Some((frame, used)) = zmtp::parse_frame(&self.buf[self.start..], MAX_FRAME)? {
+            if let Some(frame) = self.frames.next_frame()? {
                 if !frame.command {
                     return Err(Error::Zmtp("message before READY".into()));
                 }
-                let body = frame.body.to_vec();
-                self.start += used;
-                return Ok(body);
+                return Ok(frame.body.to_vec());
             }
             self.fill().await?;
         }
     }
 
-    /// Reads more bytes into the buffer, compacting it first.
+    /// Reads more bytes into the frame buffer.
     async fn fill(&mut self) -> Result<(), Error> {
-        if self.start > 0 {
-            self.buf.drain(..self.start);
-            self.start = 0;
-        }
-        if self.buf.is_empty() && self.buf.capacity() > 64 * 1024 {
-            self.buf = Vec::new();
-        }
-        self.buf.reserve(4096);
         let n = self
             .stream
-            .read_buf(&mut self.buf)
+            .read_buf(self.frames.spare(4096))
             .await
             .map_err(|e| Error::Io {
                 what: "reading from the master".into(),
@@ -140,10 +128,9 @@ impl Conn {
     /// Receives the next multipart message, answering heartbeats on the way.
     pub async fn recv(&mut self) -> Result<Vec<Vec<u8>>, Error> {
         loop {
-            while let Some((frame, used)) = zmtp::parse_frame(&self.buf[self.start..], MAX_FRAME)? {
+            while let Some(frame) = self.frames.next_frame()? {
                 let (more, command) = (frame.more, frame.command);
                 let body = frame.body.to_vec();
-                self.start += used;
                 if command {
                     if let Some(pong) = zmtp::pong_for(&body)? {
                         self.stream.write_all(&pong).await.map_err(|e| Error::Io {

@@ -21,7 +21,7 @@
 //! one task per connection and the fan-out task. [`PubServer::publish`] may be called from
 //! any thread; publishes leave in the order of the calls.
 
-use crate::zmtp::{self, Frame, SocketType, Subscription};
+use crate::zmtp::{self, FrameBuf, SocketType, Subscription};
 use crate::Error;
 use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener as StdListener, ToSocketAddrs};
@@ -293,57 +293,24 @@ impl From<zmtp::ProtocolError> for End {
     }
 }
 
-/// The bytes read from one connection and not yet parsed.
-struct ReadBuf {
-    buf: Vec<u8>,
-    start: usize,
-}
-
-impl ReadBuf {
-    fn new() -> Self {
-        Self {
-            buf: Vec::new(),
-            start: 0,
-        }
-    }
-
-    /// Reads more bytes (cancel-safe: `read_buf` either appends or does nothing).
-    async fn fill<R: AsyncReadExt + Unpin>(&mut self, r: &mut R) -> Result<(), End> {
-        if self.start == self.buf.len() {
-            self.buf.clear();
-            self.start = 0;
-            if self.buf.capacity() > 4096 {
-                self.buf = Vec::new();
-            }
-        } else if self.start > 0 {
-            self.buf.drain(..self.start);
-            self.start = 0;
-        }
-        self.buf.reserve(256);
-        match r.read_buf(&mut self.buf).await? {
-            0 => Err(End::Closed),
-            _ => Ok(()),
-        }
-    }
-
-    /// The next complete frame, if one is buffered.
-    fn next(&mut self) -> Result<Option<Frame<'_>>, End> {
-        match zmtp::parse_frame(&self.buf[self.start..], MAX_INCOMING_FRAME)? {
-            Some((frame, used)) => {
-                self.start += used;
-                Ok(Some(frame))
-            }
-            None => Ok(None),
-        }
+/// Reads more bytes into `rbuf` (cancel-safe: `read_buf` either appends or does nothing).
+async fn fill<R: AsyncReadExt + Unpin>(rbuf: &mut FrameBuf, r: &mut R) -> Result<(), End> {
+    match r.read_buf(rbuf.spare(256)).await? {
+        0 => Err(End::Closed),
+        _ => Ok(()),
     }
 }
 
-async fn serve(stream: TcpStream, peer: SocketAddr, registry: Shared, cfg: Arc<PubServerConfig>) {
+async fn serve(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    registry: Shared,
+    cfg: Arc<PubServerConfig>,
+) {
     let _ = stream.set_nodelay(true);
     let keepalive = socket2::TcpKeepalive::new().with_time(KEEPALIVE_IDLE);
     let _ = socket2::SockRef::from(&stream).set_tcp_keepalive(&keepalive);
-    let mut stream = stream;
-    let mut rbuf = ReadBuf::new();
+    let mut rbuf = FrameBuf::new(MAX_INCOMING_FRAME);
     match tokio::time::timeout(HANDSHAKE_TIMEOUT, handshake(&mut stream, &mut rbuf)).await {
         Ok(Ok(())) => {}
         Ok(Err(End::Protocol(e))) => {
@@ -386,7 +353,7 @@ async fn serve(stream: TcpStream, peer: SocketAddr, registry: Shared, cfg: Arc<P
 }
 
 /// Greeting and `READY` exchange; leaves anything the peer sent after its `READY` in `rbuf`.
-async fn handshake(stream: &mut TcpStream, rbuf: &mut ReadBuf) -> Result<(), End> {
+async fn handshake(stream: &mut TcpStream, rbuf: &mut FrameBuf) -> Result<(), End> {
     stream.write_all(&zmtp::greeting()).await?;
     let mut theirs = [0u8; zmtp::GREETING_LEN];
     stream.read_exact(&mut theirs).await?;
@@ -400,7 +367,7 @@ async fn handshake(stream: &mut TcpStream, rbuf: &mut ReadBuf) -> Result<(), End
     );
     stream.write_all(&ready).await?;
     loop {
-        if let Some(frame) = rbuf.next()? {
+        if let Some(frame) = rbuf.next_frame()? {
             if !frame.command {
                 return Err(zmtp::ProtocolError("a message before READY".into()).into());
             }
@@ -412,7 +379,7 @@ async fn handshake(stream: &mut TcpStream, rbuf: &mut ReadBuf) -> Result<(), End
             }
             return Ok(());
         }
-        rbuf.fill(stream).await?;
+        fill(rbuf, stream).await?;
     }
 }
 
@@ -420,7 +387,7 @@ async fn handshake(stream: &mut TcpStream, rbuf: &mut ReadBuf) -> Result<(), End
 /// subscriptions, answers and sends heartbeats.
 async fn subscribed(
     stream: &mut TcpStream,
-    rbuf: &mut ReadBuf,
+    rbuf: &mut FrameBuf,
     mut rx: mpsc::Receiver<Arc<[u8]>>,
     registry: &Shared,
     id: u64,
@@ -434,10 +401,10 @@ async fn subscribed(
     loop {
         // Frames already buffered (the handshake may have read some).
         loop {
-            let frame = match rbuf.next() {
+            let frame = match rbuf.next_frame() {
                 Ok(Some(f)) => f,
                 Ok(None) => break,
-                Err(e) => return e,
+                Err(e) => return e.into(),
             };
             let skip = in_multipart;
             in_multipart = frame.more;
@@ -485,7 +452,7 @@ async fn subscribed(
                     return e.into();
                 }
             }
-            read = rbuf.fill(&mut rd) => {
+            read = fill(rbuf, &mut rd) => {
                 if let Err(e) = read {
                     return e;
                 }

@@ -199,11 +199,6 @@ impl ZmqServer {
             .map_err(|_| Error::Closed)
     }
 
-    /// The publish server (for its subscriber count).
-    pub fn publisher(&self) -> &PubServer {
-        &self.publisher
-    }
-
     /// Stops the socket threads and closes the sockets. Idempotent.
     pub fn shutdown(&self) {
         self.publisher.shutdown();

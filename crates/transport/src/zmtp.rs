@@ -274,6 +274,51 @@ pub fn parse_frame(buf: &[u8], max: usize) -> Result<Option<(Frame<'_>, usize)>,
     )))
 }
 
+/// Bytes read from a connection and not yet parsed into frames, for a reader that owns
+/// the socket: it reads into [`FrameBuf::spare`] (tokio's `read_buf` is cancel-safe with
+/// it) and takes whole frames with [`FrameBuf::next_frame`].
+#[derive(Debug)]
+pub struct FrameBuf {
+    buf: Vec<u8>,
+    start: usize,
+    max_frame: usize,
+}
+
+impl FrameBuf {
+    /// An empty buffer whose frames may be at most `max_frame` bytes.
+    pub fn new(max_frame: usize) -> Self {
+        Self {
+            buf: Vec::new(),
+            start: 0,
+            max_frame,
+        }
+    }
+
+    /// The vector to append newly read bytes to, with at least `reserve` bytes free.
+    /// Parsed bytes are dropped first, and an emptied buffer larger than 16 × `reserve` is
+    /// released, so an idle connection holds little after one big frame.
+    pub fn spare(&mut self, reserve: usize) -> &mut Vec<u8> {
+        self.buf.drain(..self.start);
+        self.start = 0;
+        if self.buf.is_empty() && self.buf.capacity() > 16 * reserve {
+            self.buf = Vec::new();
+        }
+        self.buf.reserve(reserve);
+        &mut self.buf
+    }
+
+    /// The next whole frame, if one is buffered.
+    pub fn next_frame(&mut self) -> Result<Option<Frame<'_>>, ProtocolError> {
+        match parse_frame(&self.buf[self.start..], self.max_frame)? {
+            Some((frame, used)) => {
+                self.start += used;
+                Ok(Some(frame))
+            }
+            None => Ok(None),
+        }
+    }
+}
+
 /// The `PONG` frame answering a command, if the command is a `PING` (`TTL` then context).
 pub fn pong_for(command: &[u8]) -> Result<Option<Vec<u8>>, ProtocolError> {
     let (name, data) = split_command(command)?;
@@ -430,6 +475,27 @@ mod tests {
         assert!(e.0.contains("go away"), "{e}");
         assert!(check_ready(SocketType::Pub, &command_body("PING", b"")).is_err());
         assert!(check_ready(SocketType::Sub, &ready_body(SocketType::Pub, b"")).is_ok());
+    }
+
+    #[test]
+    fn frame_buf_yields_whole_frames_and_releases_big_buffers() {
+        let mut fb = FrameBuf::new(MAX);
+        let mut wire = Vec::new();
+        encode_frame(&mut wire, &[5u8; 5000], false, false);
+        encode_frame(&mut wire, b"x", false, true);
+        fb.spare(256).extend_from_slice(&wire[..100]);
+        assert_eq!(fb.next_frame().unwrap(), None);
+        fb.spare(256).extend_from_slice(&wire[100..]);
+        assert_eq!(fb.next_frame().unwrap().map(|f| f.body.len()), Some(5000));
+        assert_eq!(
+            fb.next_frame().unwrap().map(|f| f.body.to_vec()),
+            Some(b"x".to_vec())
+        );
+        assert_eq!(fb.next_frame().unwrap(), None);
+        assert!(fb.spare(256).capacity() <= 16 * 256);
+        let mut small = FrameBuf::new(10);
+        small.spare(16).extend_from_slice(&[0, 11]);
+        assert!(small.next_frame().is_err());
     }
 
     #[test]

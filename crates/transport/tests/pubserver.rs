@@ -25,6 +25,15 @@ fn plain_server() -> PubServer {
     server(1000, None, Duration::from_secs(30))
 }
 
+/// PINGs every 50 ms, silence for 300 ms drops the peer.
+fn heartbeat_server() -> PubServer {
+    server(
+        1000,
+        Some(Duration::from_millis(50)),
+        Duration::from_millis(300),
+    )
+}
+
 fn sub(ctx: &zmq::Context, srv: &PubServer, topic: &[u8]) -> zmq::Socket {
     let s = ctx.socket(zmq::SUB).unwrap();
     s.set_rcvtimeo(100).unwrap();
@@ -252,11 +261,7 @@ fn zmtp_3_1_subscribe_commands_and_pings_are_understood() {
 
 #[test]
 fn heartbeats_go_out_and_silent_peers_are_dropped() {
-    let srv = server(
-        1000,
-        Some(Duration::from_millis(50)),
-        Duration::from_millis(300),
-    );
+    let srv = heartbeat_server();
     let mut raw = Raw::handshaken(&srv, SocketType::Sub, 0);
     let ping = raw.frame().expect("a PING");
     assert_eq!(ping, (true, zmtp::command_body("PING", b"\0\0")));
@@ -268,11 +273,7 @@ fn heartbeats_go_out_and_silent_peers_are_dropped() {
 
 #[test]
 fn libzmq_subscriber_with_heartbeats_stays_connected() {
-    let srv = server(
-        1000,
-        Some(Duration::from_millis(50)),
-        Duration::from_millis(300),
-    );
+    let srv = heartbeat_server();
     let ctx = zmq::Context::new();
     let s = ctx.socket(zmq::SUB).unwrap();
     s.set_rcvtimeo(100).unwrap();
