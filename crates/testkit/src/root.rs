@@ -30,7 +30,8 @@ pub const KEEP_TEMP_ENV: &str = "HALITE_KEEP_TEMP";
 /// A temp dir with a master config and per-minion configs, removed on drop.
 ///
 /// On drop during a panic, the tails of all logs and process outputs are printed to stderr,
-/// so a failing test shows what the daemons said.
+/// so a failing test shows what the daemons said, followed by the panic message again: a
+/// CI page that keeps only the end of a test's output still shows why it failed.
 pub struct TempRoot {
     dir: Option<tempfile::TempDir>,
     path: PathBuf,
@@ -50,6 +51,7 @@ impl TempRoot {
     /// # Panics
     /// When the directory cannot be created or `extra_yaml` is not a YAML mapping.
     pub fn with_master_extra(extra_yaml: &str) -> TempRoot {
+        crate::panic_note::install();
         let dir = tempfile::Builder::new()
             .prefix("hl-")
             .tempdir_in("/tmp")
@@ -259,6 +261,9 @@ impl Drop for TempRoot {
             for file in self.log_files() {
                 eprintln!("---- {} (last 60 lines) ----", file.display());
                 eprintln!("{}", log_tail(&file, 60));
+            }
+            if let Some(message) = crate::panic_note::take() {
+                eprintln!("==== halite-testkit: the test failed: {message} ====");
             }
         }
         if std::env::var(KEEP_TEMP_ENV).is_ok_and(|v| v == "1") {
