@@ -145,6 +145,21 @@ pub fn shutdown_on_signals() -> CancellationToken {
     token
 }
 
+/// Lowers the calling thread's CPU priority to `nice` (0 to 19; higher yields more), for
+/// background threads whose work must not delay the request path when the cores are busy.
+/// On Linux a thread's nice value is its own, so the rest of the process keeps its priority.
+pub fn lower_thread_priority(nice: i32) -> std::io::Result<()> {
+    // SAFETY: gettid takes no arguments and cannot fail.
+    let tid = unsafe { libc::gettid() };
+    // SAFETY: setpriority reads its three integer arguments only; `tid` is this thread's id.
+    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, nice) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -192,5 +207,26 @@ mod tests {
                 log_file_level: Some("info".to_owned()),
             }
         );
+    }
+
+    fn thread_nice() -> i32 {
+        let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap();
+        // Field 19 (nice), counted after the parenthesised command name.
+        let after = &stat[stat.rfind(')').unwrap() + 2..];
+        after.split(' ').nth(16).unwrap().parse().unwrap()
+    }
+
+    #[test]
+    fn lowering_priority_changes_only_the_calling_thread() {
+        let before = thread_nice();
+        let want = (before + 5).min(19);
+        let lowered = std::thread::spawn(move || {
+            lower_thread_priority(want).unwrap();
+            thread_nice()
+        })
+        .join()
+        .unwrap();
+        assert_eq!(lowered, want);
+        assert_eq!(thread_nice(), before);
     }
 }

@@ -18,6 +18,11 @@ pub const QUEUE_CAPACITY: usize = 65_536;
 /// How often expired jobs are removed.
 pub const CLEAN_INTERVAL: Duration = Duration::from_secs(60);
 const MAX_BATCH: usize = 1024;
+/// The writer thread's nice value. Its work (one `local_cache` directory and file per
+/// return) is off the request path, so when the cores are busy the request workers and the
+/// publisher go first; the writer is never starved (a nice-10 thread still gets about a
+/// tenth of a contended core), and a full queue makes the workers wait for it.
+pub const WRITER_NICE: i32 = 10;
 
 /// One write for the job cache.
 pub enum JobOp {
@@ -68,7 +73,12 @@ impl JobWriter {
         let (tx, rx) = sync_channel(QUEUE_CAPACITY);
         let h = std::thread::Builder::new()
             .name("job-cache".into())
-            .spawn(move || writer_loop(rx, store.as_ref(), &local, keep_jobs_seconds))
+            .spawn(move || {
+                if let Err(e) = halite_daemon::lower_thread_priority(WRITER_NICE) {
+                    tracing::debug!("Job cache writer keeps the master's CPU priority: {e}");
+                }
+                writer_loop(rx, store.as_ref(), &local, keep_jobs_seconds)
+            })
             .expect("spawning the job-cache thread");
         (Self { tx }, h)
     }
