@@ -12,6 +12,7 @@
 //! Keying returns by (jid, minion id) makes the duplicate check one lookup and a job's
 //! returns one range scan; the global `next_seq` counter gives arrival order.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use redb::{Database, ReadableDatabase, ReadableTable, Table, TableDefinition, WriteTransaction};
@@ -101,6 +102,10 @@ struct ReturnTables<'t> {
     returns: Table<'t, (&'static str, &'static str), &'static [u8]>,
     expiry: Table<'t, (u64, &'static str), ()>,
     next_seq: u64,
+    /// Jobs known to have a record in this transaction: a batch holds many returns of the
+    /// same job, and reading its record (which lists every targeted minion, ~150 KB at
+    /// 10,000 minions) once per return cost more than storing the return.
+    known_jobs: HashSet<String>,
 }
 
 impl<'t> ReturnTables<'t> {
@@ -114,6 +119,7 @@ impl<'t> ReturnTables<'t> {
             returns: txn.open_table(RETURNS)?,
             expiry: txn.open_table(EXPIRY)?,
             next_seq,
+            known_jobs: HashSet::new(),
         })
     }
 
@@ -121,14 +127,17 @@ impl<'t> ReturnTables<'t> {
         if self.returns.get((jid, minion_id))?.is_some() {
             return Ok(ReturnStatus::Duplicate);
         }
-        if self.jobs.get(jid)?.is_none() {
-            let record = JobRecord {
-                created: now,
-                load: None,
-                minions: Vec::new(),
-            };
-            self.jobs.insert(jid, encode_job(&record)?.as_slice())?;
-            self.expiry.insert((now, jid), ())?;
+        if !self.known_jobs.contains(jid) {
+            if self.jobs.get(jid)?.is_none() {
+                let record = JobRecord {
+                    created: now,
+                    load: None,
+                    minions: Vec::new(),
+                };
+                self.jobs.insert(jid, encode_job(&record)?.as_slice())?;
+                self.expiry.insert((now, jid), ())?;
+            }
+            self.known_jobs.insert(jid.to_owned());
         }
         let seq = self.next_seq;
         self.next_seq = seq.checked_add(1).ok_or_else(|| Error::Corrupt {

@@ -34,7 +34,7 @@ pub use process::{
     file_len, log_tail, run, run_command, wait_for_log, wait_for_log_from, wait_until, Proc,
     STOP_GRACE,
 };
-pub use root::{current_user, TempRoot, KEEP_TEMP_ENV};
+pub use root::{current_user, TempRoot, KEEP_TEMP_ENV, TEMP_BASE_ENV};
 pub use starters::{
     assert_success, json_documents, json_returns, run_halite, run_halite_key, run_stock,
     run_stock_salt, run_stock_salt_call, run_stock_salt_key, start_halite_master,

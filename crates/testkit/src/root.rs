@@ -27,6 +27,11 @@ use crate::process::log_tail;
 /// (its path is printed to stderr).
 pub const KEEP_TEMP_ENV: &str = "HALITE_KEEP_TEMP";
 
+/// Environment variable: the directory [`TempRoot`]s are made in (default `/tmp`; keep it
+/// short, sockets live below it). `halite-bench` runs use it to put both masters on a
+/// tmpfs such as `/dev/shm`, out of reach of the file system's own costs.
+pub const TEMP_BASE_ENV: &str = "HALITE_TEMP_BASE";
+
 /// A temp dir with a master config and per-minion configs, removed on drop.
 ///
 /// On drop during a panic, the tails of all logs and process outputs are printed to stderr,
@@ -52,10 +57,11 @@ impl TempRoot {
     /// When the directory cannot be created or `extra_yaml` is not a YAML mapping.
     pub fn with_master_extra(extra_yaml: &str) -> TempRoot {
         crate::panic_note::install();
+        let base = std::env::var_os(TEMP_BASE_ENV).unwrap_or_else(|| "/tmp".into());
         let dir = tempfile::Builder::new()
             .prefix("hl-")
-            .tempdir_in("/tmp")
-            .unwrap_or_else(|e| panic!("cannot create a temp dir in /tmp: {e}"));
+            .tempdir_in(&base)
+            .unwrap_or_else(|e| panic!("cannot create a temp dir in {base:?}: {e}"));
         let ports = free_ports(2);
         let root = TempRoot {
             path: dir.path().to_path_buf(),
