@@ -319,7 +319,11 @@ impl Master {
             session: session.key_string(),
             aes_sig: &aes_sig,
         };
-        envelope::accept_reply(&self.key, &key.public, req, &keys)
+        let Some(public) = key.public() else {
+            tracing::error!("Corrupt or missing public key \"{id}\"");
+            return envelope::ret_reply(&self.key, req, Value::from(false));
+        };
+        envelope::accept_reply(&self.key, &public, req, &keys)
     }
 
     fn log_decision(&self, id: &str, stored: Option<KeyState>, decision: Decision) {
@@ -572,10 +576,14 @@ impl Master {
         let Some(nonce) = call.nonce else {
             return AesReply::Private(map([("error", s("Nonce not included in request"))]));
         };
+        let Some(public) = call.key.public() else {
+            tracing::error!("Corrupt or missing public key \"{}\"", call.id);
+            return AesReply::Private(bad_load());
+        };
         let pillar = Value::Map(vec![]);
         match envelope::pillar_reply(
             &self.key,
-            &call.key.public,
+            &public,
             call.enc_algo,
             call.sig_algo,
             &pillar,

@@ -8,8 +8,9 @@
 
 use halite_jobcache::{JobStore, LocalCacheWriter, NewReturn, Value};
 use halite_proto::value;
-use std::sync::mpsc::{sync_channel, Receiver, RecvTimeoutError, SyncSender};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -52,7 +53,67 @@ pub enum JobOp {
 /// Handle to the writer thread; dropping every handle stops it after it drains the queue.
 #[derive(Clone)]
 pub struct JobWriter {
-    tx: SyncSender<JobOp>,
+    tx: Sender<JobOp>,
+    room: Arc<Room>,
+}
+
+/// The queue's bound, counted beside an unbounded channel: `sync_channel` allocates and
+/// touches all [`QUEUE_CAPACITY`] slots up front (6.3 MiB resident for an idle master,
+/// heaptrack), while this holds only what is queued.
+struct Room {
+    capacity: usize,
+    queued: Mutex<usize>,
+    freed: Condvar,
+    /// Set (under the lock) when the writer thread ends, so no sender waits for it forever.
+    closed: AtomicBool,
+}
+
+impl Room {
+    fn new(capacity: usize) -> Self {
+        Room {
+            capacity,
+            queued: Mutex::new(0),
+            freed: Condvar::new(),
+            closed: AtomicBool::new(false),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, usize> {
+        self.queued.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Waits until an op fits and counts it; `false` when the writer is gone.
+    fn take(&self) -> bool {
+        let mut queued = self.lock();
+        while *queued >= self.capacity {
+            if self.closed.load(Ordering::Relaxed) {
+                return false;
+            }
+            queued = self.freed.wait(queued).unwrap_or_else(|e| e.into_inner());
+        }
+        *queued += 1;
+        true
+    }
+
+    /// `n` ops left the queue.
+    fn give_back(&self, n: usize) {
+        let mut queued = self.lock();
+        *queued = queued.saturating_sub(n);
+        drop(queued);
+        self.freed.notify_all();
+    }
+}
+
+/// Marks the room closed when the writer thread ends, however it ends.
+struct CloseOnDrop(Arc<Room>);
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        let queued = self.0.lock();
+        self.0.closed.store(true, Ordering::Relaxed);
+        drop(queued);
+        self.0.freed.notify_all();
+    }
 }
 
 /// Unix seconds now (the writer's only clock).
@@ -70,28 +131,37 @@ impl JobWriter {
         local: LocalCacheWriter,
         keep_jobs_seconds: u64,
     ) -> (Self, JoinHandle<()>) {
-        let (tx, rx) = sync_channel(QUEUE_CAPACITY);
+        let (tx, rx) = channel();
+        let room = Arc::new(Room::new(QUEUE_CAPACITY));
+        let closer = CloseOnDrop(room.clone());
         let h = std::thread::Builder::new()
             .name("job-cache".into())
             .spawn(move || {
+                let closer = closer;
                 if let Err(e) = halite_daemon::lower_thread_priority(WRITER_NICE) {
                     tracing::debug!("Job cache writer keeps the master's CPU priority: {e}");
                 }
-                writer_loop(rx, store.as_ref(), &local, keep_jobs_seconds)
+                writer_loop(rx, &closer.0, store.as_ref(), &local, keep_jobs_seconds)
             })
             .expect("spawning the job-cache thread");
-        (Self { tx }, h)
+        (Self { tx, room }, h)
     }
 
     /// Queues a write, waiting while the queue is full.
     pub fn send(&self, op: JobOp) {
-        if self.tx.send(op).is_err() {
+        if !self.room.take() || self.tx.send(op).is_err() {
             tracing::error!("Job cache writer has stopped; a job cache write was lost");
         }
     }
 }
 
-fn writer_loop(rx: Receiver<JobOp>, store: &dyn JobStore, local: &LocalCacheWriter, keep: u64) {
+fn writer_loop(
+    rx: Receiver<JobOp>,
+    room: &Room,
+    store: &dyn JobStore,
+    local: &LocalCacheWriter,
+    keep: u64,
+) {
     let mut last_clean = Instant::now();
     clean(store, local, keep);
     loop {
@@ -108,6 +178,7 @@ fn writer_loop(rx: Receiver<JobOp>, store: &dyn JobStore, local: &LocalCacheWrit
             }
         }
         write_batch(store, local, &batch);
+        room.give_back(batch.len());
         if last_clean.elapsed() >= CLEAN_INTERVAL {
             clean(store, local, keep);
             last_clean = Instant::now();
@@ -163,5 +234,42 @@ fn clean(store: &dyn JobStore, local: &LocalCacheWriter, keep: u64) {
     }
     if let Err(e) = local.clean_expired(now, keep) {
         tracing::warn!(error = %e, "local_cache retention failed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_full_queue_makes_senders_wait_until_the_writer_frees_room() {
+        let room = Arc::new(Room::new(2));
+        assert!(room.take() && room.take());
+        let waiting = {
+            let room = room.clone();
+            std::thread::spawn(move || room.take())
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(
+            !waiting.is_finished(),
+            "a third op waits while two are queued"
+        );
+        room.give_back(1);
+        assert!(waiting.join().unwrap());
+        assert_eq!(*room.lock(), 2);
+    }
+
+    #[test]
+    fn senders_waiting_on_a_full_queue_give_up_when_the_writer_ends() {
+        let room = Arc::new(Room::new(1));
+        assert!(room.take());
+        let waiting = {
+            let room = room.clone();
+            std::thread::spawn(move || room.take())
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        drop(CloseOnDrop(room.clone()));
+        assert!(!waiting.join().unwrap());
     }
 }
