@@ -300,7 +300,7 @@ impl Master {
 
     fn accept(&self, req: &AuthRequest) -> halite_proto::Result<Value> {
         let id = req.id.as_str();
-        let Some(key) = self.keys.insert(id, &req.pub_pem) else {
+        let Some((_, public)) = self.keys.insert(id, &req.pub_pem) else {
             tracing::error!("Corrupt or missing public key \"{id}\"");
             return envelope::ret_reply(&self.key, req, Value::from(false));
         };
@@ -318,10 +318,6 @@ impl Master {
             aes: aes.key_string(),
             session: session.key_string(),
             aes_sig: &aes_sig,
-        };
-        let Some(public) = key.public() else {
-            tracing::error!("Corrupt or missing public key \"{id}\"");
-            return envelope::ret_reply(&self.key, req, Value::from(false));
         };
         envelope::accept_reply(&self.key, &public, req, &keys)
     }

@@ -8,7 +8,6 @@
 
 use halite_jobcache::{JobStore, LocalCacheWriter, NewReturn, Value};
 use halite_proto::value;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -62,44 +61,48 @@ pub struct JobWriter {
 /// heaptrack), while this holds only what is queued.
 struct Room {
     capacity: usize,
-    queued: Mutex<usize>,
+    state: Mutex<RoomState>,
     freed: Condvar,
-    /// Set (under the lock) when the writer thread ends, so no sender waits for it forever.
-    closed: AtomicBool,
+}
+
+#[derive(Default)]
+struct RoomState {
+    queued: usize,
+    /// The writer thread has ended: no sender waits for it any longer.
+    closed: bool,
 }
 
 impl Room {
     fn new(capacity: usize) -> Self {
         Room {
             capacity,
-            queued: Mutex::new(0),
+            state: Mutex::default(),
             freed: Condvar::new(),
-            closed: AtomicBool::new(false),
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, usize> {
-        self.queued.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> MutexGuard<'_, RoomState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Waits until an op fits and counts it; `false` when the writer is gone.
     fn take(&self) -> bool {
-        let mut queued = self.lock();
-        while *queued >= self.capacity {
-            if self.closed.load(Ordering::Relaxed) {
-                return false;
-            }
-            queued = self.freed.wait(queued).unwrap_or_else(|e| e.into_inner());
+        let mut st = self.lock();
+        while st.queued >= self.capacity && !st.closed {
+            st = self.freed.wait(st).unwrap_or_else(|e| e.into_inner());
         }
-        *queued += 1;
+        if st.closed {
+            return false;
+        }
+        st.queued += 1;
         true
     }
 
     /// `n` ops left the queue.
     fn give_back(&self, n: usize) {
-        let mut queued = self.lock();
-        *queued = queued.saturating_sub(n);
-        drop(queued);
+        let mut st = self.lock();
+        st.queued = st.queued.saturating_sub(n);
+        drop(st);
         self.freed.notify_all();
     }
 }
@@ -109,9 +112,7 @@ struct CloseOnDrop(Arc<Room>);
 
 impl Drop for CloseOnDrop {
     fn drop(&mut self) {
-        let queued = self.0.lock();
-        self.0.closed.store(true, Ordering::Relaxed);
-        drop(queued);
+        self.0.lock().closed = true;
         self.0.freed.notify_all();
     }
 }
@@ -257,7 +258,7 @@ mod tests {
         );
         room.give_back(1);
         assert!(waiting.join().unwrap());
-        assert_eq!(*room.lock(), 2);
+        assert_eq!(room.lock().queued, 2);
     }
 
     #[test]

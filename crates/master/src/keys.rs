@@ -34,14 +34,17 @@ pub struct AcceptedKey {
 }
 
 impl AcceptedKey {
-    fn new(pem: &str) -> Option<Self> {
+    /// The entry for `pem` and the key it parsed to; `None` when the clean text does not
+    /// parse.
+    fn new(pem: &str) -> Option<(Self, PublicKey)> {
         let pem = clean_key(pem);
-        PublicKey::from_pem(pem.as_bytes()).ok()?;
-        Some(Self {
+        let public = PublicKey::from_pem(pem.as_bytes()).ok()?;
+        let key = Self {
             pem,
             stamp: Mutex::new(None),
             verified_tok: Mutex::new(None),
-        })
+        };
+        Some((key, public))
     }
 
     /// The parsed key. `None` cannot happen short of a bug: the clean text parsed when the
@@ -132,27 +135,29 @@ impl KeyIndex {
             return Some(k.clone());
         }
         match self.store.get(id) {
-            Ok(Some((KeyState::Accepted, pem))) => self.insert(id, &pem),
+            Ok(Some((KeyState::Accepted, pem))) => self.insert(id, &pem).map(|(key, _)| key),
             _ => None,
         }
     }
 
-    /// Records a key the auth path just accepted, so the minion's next request finds it.
-    /// `None` when the PEM does not parse.
-    pub fn insert(&self, id: &str, pem: &str) -> Option<Arc<AcceptedKey>> {
+    /// Records a key the auth path just accepted, so the minion's next request finds it,
+    /// and answers its entry with the parsed key (one parse for a new key). `None` when the
+    /// PEM does not parse.
+    pub fn insert(&self, id: &str, pem: &str) -> Option<(Arc<AcceptedKey>, PublicKey)> {
         if let Some(k) = self.accepted.read().ok()?.get(id) {
             if k.pem == clean_key(pem) {
-                return Some(k.clone());
+                return Some((k.clone(), k.public()?));
             }
         }
-        let key = Arc::new(AcceptedKey::new(pem)?);
+        let (key, public) = AcceptedKey::new(pem)?;
+        let key = Arc::new(key);
         let mut map = self.accepted.write().unwrap_or_else(|e| e.into_inner());
         if map.insert(id.to_owned(), key.clone()).is_none() {
             // The snapshot is rebuilt when next read: copying it per sign-in made an auth
             // storm quadratic.
             *self.ids.write().unwrap_or_else(|e| e.into_inner()) = None;
         }
-        Some(key)
+        Some((key, public))
     }
 
     /// The ids of accepted minions.
@@ -258,7 +263,7 @@ impl KeyIndex {
                 Some(k) if k.pem == clean_key(&pem) => {
                     *k.stamp.lock().unwrap_or_else(|e| e.into_inner()) = stamp;
                 }
-                _ => match AcceptedKey::new(&pem) {
+                _ => match AcceptedKey::new(&pem).map(|(key, _)| key) {
                     Some(k) => {
                         *k.stamp.lock().unwrap_or_else(|e| e.into_inner()) = stamp;
                         fresh.push((id.clone(), k));
@@ -317,7 +322,7 @@ mod tests {
         let text = private.public_key().unwrap().to_pem().unwrap();
         // As a Windows editor or Salt's own writer may leave it: CRLF, trailing blank line.
         let stored = format!("{}\r\n\r\n", text.trim().replace('\n', "\r\n"));
-        let key = AcceptedKey::new(&stored).expect("a valid key is indexed");
+        let (key, _) = AcceptedKey::new(&stored).expect("a valid key is indexed");
         assert_eq!(key.pem, clean_key(&text));
         assert!(key.public().is_some());
         let tok = private.x931_sign(b"salt").unwrap();

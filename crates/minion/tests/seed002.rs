@@ -200,9 +200,13 @@ fn fire_master_events_on_a_halite_minion_reach_a_stock_master_bus() {
             ["id", "cmd", "pretag", "data", "tag", "ts", "_stamp"],
             "{d}"
         );
-        let data = value::get(d, "data").and_then(|inner| inner.as_map());
-        assert_eq!(data.map(|m| m.len()), Some(1), "{d}");
-        seqs.push(value::get(d, "data").and_then(|inner| value::get_i64(inner, "seq")));
+        let data = value::get(d, "data");
+        assert_eq!(
+            data.and_then(Value::as_map).map(|m| m.len()),
+            Some(1),
+            "{d}"
+        );
+        seqs.push(data.and_then(|inner| value::get_i64(inner, "seq")));
     }
     seqs.sort_unstable();
     assert_eq!(seqs, (0..n as i64).map(Some).collect::<Vec<_>>());
