@@ -123,7 +123,7 @@ impl LocalCacheWriter {
     /// The job directory of `jid` (Salt's `salt.utils.jid.jid_dir`).
     pub fn jid_dir(&self, jid: &str) -> Result<PathBuf> {
         let digest = openssl::hash::hash(self.hash_type.digest(), jid.as_bytes())?;
-        let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+        let hex = hex::encode(digest);
         let (head, tail) = hex.split_at(2);
         Ok(self.jobs_dir.join(head).join(tail))
     }
@@ -189,17 +189,29 @@ impl LocalCacheWriter {
         minion_id: &str,
         ret_load: &Value,
     ) -> Result<ReturnStatus> {
+        self.write_return_in(&self.jid_dir(jid)?, jid, minion_id, ret_load)
+    }
+
+    /// [`write_return`](Self::write_return) into `dir`, which must be
+    /// [`jid_dir(jid)`](Self::jid_dir): a caller writing many returns of one job hashes its
+    /// jid once.
+    pub fn write_return_in(
+        &self,
+        dir: &Path,
+        jid: &str,
+        minion_id: &str,
+        ret_load: &Value,
+    ) -> Result<ReturnStatus> {
         if !is_valid_minion_dir(minion_id) {
             return Err(Error::InvalidMinionId(minion_id.to_string()));
         }
-        let dir = self.jid_dir(jid)?;
         let minion_dir = dir.join(minion_id);
         // The job directory nearly always exists (its load was written at publish): try
         // the minion's directory first and make the job's only when that says it is
         // missing, one `mkdir` per return instead of three system calls.
         let created = match fs::create_dir(&minion_dir) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                fs::create_dir_all(&dir).map_err(io_at(&dir))?;
+                fs::create_dir_all(dir).map_err(io_at(dir))?;
                 fs::create_dir(&minion_dir)
             }
             other => other,

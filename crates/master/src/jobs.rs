@@ -8,6 +8,7 @@
 
 use halite_jobcache::{JobStore, LocalCacheWriter, NewReturn, Value};
 use halite_proto::value;
+use std::path::PathBuf;
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
@@ -190,6 +191,8 @@ fn writer_loop(
 fn write_batch(store: &dyn JobStore, local: &LocalCacheWriter, batch: &[JobOp]) {
     let now = unix_now();
     let mut loads = Vec::new();
+    // The job directory of the last return's jid: a batch is mostly returns of one job.
+    let mut job_dir: Option<(&str, PathBuf)> = None;
     for op in batch {
         match op {
             JobOp::Load { jid, load, minions } => {
@@ -199,7 +202,14 @@ fn write_batch(store: &dyn JobStore, local: &LocalCacheWriter, batch: &[JobOp]) 
             }
             JobOp::Return { jid, id, packed } => match value::decode(packed) {
                 Ok(load) => {
-                    if let Err(e) = local.write_return(jid, id, &load) {
+                    let written = match &job_dir {
+                        Some((last, dir)) if *last == jid.as_str() => Ok(dir),
+                        _ => local
+                            .jid_dir(jid)
+                            .map(|dir| &job_dir.insert((jid.as_str(), dir)).1),
+                    }
+                    .and_then(|dir| local.write_return_in(dir, jid, id, &load));
+                    if let Err(e) = written {
                         tracing::warn!(%jid, minion = %id, error = %e, "Could not write the return to local_cache");
                     }
                     loads.push((jid, id, load));

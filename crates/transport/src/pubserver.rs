@@ -6,8 +6,9 @@
 //! decoder batch buffers, two pipes of 256-message chunks), scans all of an I/O thread's
 //! timers linearly to cancel one (so handshakes and heartbeats cost O(N) each at N minions),
 //! and copies each publish into every pipe. Here a connection is one task with a small read
-//! buffer and a queue of shared frames: a publish is encoded once and every subscriber's
-//! queue holds an `Arc` of it.
+//! buffer, and its queue is a deque of shared frames in the registry, empty and unallocated
+//! while nothing waits: a publish is encoded once and every subscriber's queue holds an
+//! `Arc` of it.
 //!
 //! Semantics kept from libzmq's PUB: a message goes to every subscriber with a matching
 //! prefix subscription (ZMTP 3.0 `0x01`-messages and 3.1 `SUBSCRIBE` commands); a subscriber
@@ -23,9 +24,10 @@
 
 use crate::zmtp::{self, FrameBuf, SocketType, Subscription};
 use crate::Error;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::net::{SocketAddr, TcpListener as StdListener, ToSocketAddrs};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Poll, Waker};
 use std::thread::JoinHandle;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -87,11 +89,18 @@ impl PubServerConfig {
     }
 }
 
-/// One subscriber, as the fan-out task sees it.
+/// A queue that emptied keeps at most this many slots; a larger one (left by a burst) is
+/// freed, so 10,000 idle subscribers hold no queue memory.
+const IDLE_QUEUE_SLOTS: usize = 4;
+
+/// One subscriber: what the fan-out task fills and its connection task drains.
 struct Subscriber {
-    queue: mpsc::Sender<Arc<[u8]>>,
     /// Prefixes subscribed to, one entry per `SUBSCRIBE` (libzmq counts duplicates too).
     topics: Vec<Vec<u8>>,
+    /// Frames not yet written, at most `pub_hwm`.
+    queue: VecDeque<Arc<[u8]>>,
+    /// The connection task, while it waits for `queue`.
+    waker: Option<Waker>,
 }
 
 impl Subscriber {
@@ -105,6 +114,33 @@ impl Subscriber {
 struct Registry {
     next_id: u64,
     subscribers: HashMap<u64, Subscriber>,
+}
+
+/// The next frame queued for subscriber `id`, or `None` once it is unregistered.
+/// Cancel-safe: a frame is taken only by the poll that returns it.
+async fn next_queued(registry: &Shared, id: u64) -> Option<Arc<[u8]>> {
+    std::future::poll_fn(|cx| {
+        let mut reg = lock(registry);
+        let Some(sub) = reg.subscribers.get_mut(&id) else {
+            return Poll::Ready(None);
+        };
+        match sub.queue.pop_front() {
+            Some(frame) => {
+                if sub.queue.is_empty() && sub.queue.capacity() > IDLE_QUEUE_SLOTS {
+                    sub.queue = VecDeque::new();
+                }
+                Poll::Ready(Some(frame))
+            }
+            None => {
+                match &mut sub.waker {
+                    Some(w) if w.will_wake(cx.waker()) => {}
+                    slot => *slot = Some(cx.waker().clone()),
+                }
+                Poll::Pending
+            }
+        }
+    })
+    .await
 }
 
 type Shared = Arc<Mutex<Registry>>;
@@ -156,10 +192,11 @@ impl PubServer {
                             return;
                         }
                     };
+                    let hwm = cfg.hwm.max(1);
                     let cfg = Arc::new(cfg);
                     tokio::select! {
                         () = accept_loop(listener, shared.clone(), cfg) => {}
-                        () = fan_out(publish_rx, shared) => {}
+                        () = fan_out(publish_rx, shared, hwm) => {}
                         _ = stop_rx => {}
                     }
                 });
@@ -247,17 +284,23 @@ async fn accept_loop(listener: TcpListener, registry: Shared, cfg: Arc<PubServer
 }
 
 /// Encodes each publish once and queues it for every matching subscriber.
-async fn fan_out(mut publishes: mpsc::UnboundedReceiver<Vec<u8>>, registry: Shared) {
+async fn fan_out(mut publishes: mpsc::UnboundedReceiver<Vec<u8>>, registry: Shared, hwm: usize) {
     while let Some(body) = publishes.recv().await {
         let mut frame = Vec::with_capacity(body.len() + 9);
         zmtp::encode_frame(&mut frame, &body, false, false);
         let frame: Arc<[u8]> = frame.into();
         let mut full = 0usize;
-        for sub in lock(&registry).subscribers.values() {
-            if sub.wants(&body) {
-                if let Err(mpsc::error::TrySendError::Full(_)) = sub.queue.try_send(frame.clone()) {
-                    full += 1;
-                }
+        for sub in lock(&registry).subscribers.values_mut() {
+            if !sub.wants(&body) {
+                continue;
+            }
+            if sub.queue.len() >= hwm {
+                full += 1;
+                continue;
+            }
+            sub.queue.push_back(frame.clone());
+            if let Some(w) = sub.waker.take() {
+                w.wake();
             }
         }
         if full > 0 {
@@ -325,7 +368,6 @@ async fn serve(
             return;
         }
     }
-    let (queue, rx) = mpsc::channel(cfg.hwm.max(1));
     let id = {
         let mut reg = lock(&registry);
         reg.next_id += 1;
@@ -333,14 +375,15 @@ async fn serve(
         reg.subscribers.insert(
             id,
             Subscriber {
-                queue,
                 topics: Vec::new(),
+                queue: VecDeque::new(),
+                waker: None,
             },
         );
         id
     };
     tracing::trace!("Subscriber {peer} connected to the publish port");
-    let end = subscribed(&mut stream, &mut rbuf, rx, &registry, id, &cfg).await;
+    let end = subscribed(&mut stream, &mut rbuf, &registry, id, &cfg).await;
     lock(&registry).subscribers.remove(&id);
     match end {
         End::Closed => tracing::trace!("Subscriber {peer} disconnected"),
@@ -388,7 +431,6 @@ async fn handshake(stream: &mut TcpStream, rbuf: &mut FrameBuf) -> Result<(), En
 async fn subscribed(
     stream: &mut TcpStream,
     rbuf: &mut FrameBuf,
-    mut rx: mpsc::Receiver<Arc<[u8]>>,
     registry: &Shared,
     id: u64,
     cfg: &PubServerConfig,
@@ -446,7 +488,7 @@ async fn subscribed(
         }
         let ping_at = next_ping;
         tokio::select! {
-            frame = rx.recv() => {
+            frame = next_queued(registry, id) => {
                 let Some(frame) = frame else { return End::Closed };
                 if let Err(e) = wr.write_all(&frame).await {
                     return e.into();
@@ -476,5 +518,45 @@ async fn sleep_until(at: Option<Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn registry_with_one_subscriber() -> Shared {
+        let registry = Shared::default();
+        lock(&registry).subscribers.insert(
+            1,
+            Subscriber {
+                topics: vec![Vec::new()],
+                queue: VecDeque::new(),
+                waker: None,
+            },
+        );
+        registry
+    }
+
+    #[tokio::test]
+    async fn a_drained_queue_gives_back_the_memory_of_a_burst() {
+        let registry = registry_with_one_subscriber();
+        let frames: Vec<Arc<[u8]>> = (0..100u8).map(|i| Arc::from(vec![i])).collect();
+        lock(&registry)
+            .subscribers
+            .get_mut(&1)
+            .unwrap()
+            .queue
+            .extend(frames.iter().cloned());
+        for want in &frames {
+            assert_eq!(next_queued(&registry, 1).await.as_ref(), Some(want));
+        }
+        assert_eq!(lock(&registry).subscribers[&1].queue.capacity(), 0);
+        // The next publish waits for the fan-out; an unregistered subscriber gets `None`.
+        let waiting = tokio::time::timeout(Duration::from_millis(20), next_queued(&registry, 1));
+        assert!(waiting.await.is_err());
+        assert!(lock(&registry).subscribers[&1].waker.is_some());
+        lock(&registry).subscribers.remove(&1);
+        assert_eq!(next_queued(&registry, 1).await, None);
     }
 }
