@@ -84,8 +84,12 @@ pub(crate) fn prepare(
         return Err(Error::DataNotAMap);
     }
     value::set(&mut data, "_stamp", value::s(stamp(now)));
-    trim(&mut data, max_event_size);
-    let body = pack_event(tag, &data);
+    // Packed once; packed again only in the rare case that trimming changed the data.
+    let mut body = pack_event(tag, &data);
+    if body.len() - tag.len() - TAGEND.len() + PY_BYTES_OVERHEAD > max_event_size {
+        trim(&mut data, max_event_size);
+        body = pack_event(tag, &data);
+    }
     Ok(Event::from_body(tag.to_owned(), data, &body))
 }
 
