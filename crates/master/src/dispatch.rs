@@ -40,8 +40,8 @@ pub enum AesReply {
 pub struct AesCall<'a> {
     /// The minion id (verified: session key, inner id and token all match).
     pub id: &'a str,
-    /// The decrypted load without `nonce` and `tok`.
-    pub load: &'a Value,
+    /// The decrypted load without `nonce` and `tok`, the handler's to keep.
+    pub load: Value,
     /// The request nonce.
     pub nonce: Option<&'a str>,
     /// The minion's accepted key.
@@ -53,7 +53,7 @@ pub struct AesCall<'a> {
 }
 
 /// An encrypted-command handler.
-type AesHandler = fn(&Master, &AesCall<'_>) -> AesReply;
+type AesHandler = fn(&Master, AesCall<'_>) -> AesReply;
 
 /// The encrypted commands this master answers (`AESFuncs`). Any other command gets `{}`,
 /// as Salt answers unknown commands.
@@ -170,16 +170,18 @@ impl Master {
             return bad_load();
         }
         let cmd = value::get_str(&req.load, "cmd").unwrap_or("");
-        let call = AesCall {
-            id,
-            load: &req.load,
-            nonce: req.nonce.as_deref(),
-            key: &key,
-            enc_algo,
-            sig_algo,
-        };
         let reply = match AES_HANDLERS.iter().find(|(name, _)| *name == cmd) {
-            Some((_, handler)) => handler(self, &call),
+            Some((_, handler)) => handler(
+                self,
+                AesCall {
+                    id,
+                    load: req.load,
+                    nonce: req.nonce.as_deref(),
+                    key: &key,
+                    enc_algo,
+                    sig_algo,
+                },
+            ),
             None => {
                 tracing::debug!(
                     cmd,
@@ -505,8 +507,8 @@ impl Master {
 
     // ---- encrypted commands ---------------------------------------------------------
 
-    fn handle_return(&self, call: &AesCall<'_>) -> AesReply {
-        let mut load = call.load.clone();
+    fn handle_return(&self, call: AesCall<'_>) -> AesReply {
+        let mut load = call.load;
         let (Some(jid), true) = (
             value::get_str(&load, "jid").map(str::to_owned),
             value::get(&load, "return").is_some(),
@@ -562,8 +564,8 @@ impl Master {
         AesReply::Send(Value::Nil)
     }
 
-    fn handle_pillar(&self, call: &AesCall<'_>) -> AesReply {
-        if let Some(grains) = value::get(call.load, "grains") {
+    fn handle_pillar(&self, call: AesCall<'_>) -> AesReply {
+        if let Some(grains) = value::get(&call.load, "grains") {
             self.grains
                 .write()
                 .unwrap_or_else(|e| e.into_inner())
@@ -593,10 +595,10 @@ impl Master {
         }
     }
 
-    fn handle_minion_event(&self, call: &AesCall<'_>) -> AesReply {
+    fn handle_minion_event(&self, call: AesCall<'_>) -> AesReply {
         let load = call.load;
-        if let Some(Value::Array(events)) = value::get(load, "events") {
-            let pretag = value::get_str(load, "pretag");
+        if let Some(Value::Array(events)) = value::get(&load, "events") {
+            let pretag = value::get_str(&load, "pretag");
             for ev in events {
                 let Some(tag) = value::get_str(ev, "tag") else {
                     continue;
@@ -626,27 +628,28 @@ impl Master {
             }
             return AesReply::Send(Value::from(true));
         }
-        match (value::get_str(load, "tag"), value::get(load, "data")) {
+        match (value::get_str(&load, "tag"), value::get(&load, "data")) {
             (Some(tag), Some(_)) => {
-                self.events.fire(tag, load.clone());
+                let tag = tag.to_owned();
+                self.events.fire(&tag, load);
                 AesReply::Send(Value::from(true))
             }
             _ => AesReply::Send(Value::from(false)),
         }
     }
 
-    fn handle_register_resources(&self, _call: &AesCall<'_>) -> AesReply {
+    fn handle_register_resources(&self, _call: AesCall<'_>) -> AesReply {
         AesReply::Send(Value::from(true))
     }
 
-    fn handle_master_opts(&self, call: &AesCall<'_>) -> AesReply {
+    fn handle_master_opts(&self, call: AesCall<'_>) -> AesReply {
         let mut opts = vec![
             (s("file_roots"), map([("base", Value::Array(vec![]))])),
             (s("top_file_merging_strategy"), s("merge")),
             (s("env_order"), Value::Array(vec![])),
             (s("default_top"), s("base")),
         ];
-        if !value::get(call.load, "env_only").is_some_and(value::truthy) {
+        if !value::get(&call.load, "env_only").is_some_and(value::truthy) {
             opts.extend([
                 (s("renderer"), s("jinja|yaml")),
                 (s("failhard"), Value::from(false)),
