@@ -43,7 +43,7 @@ impl std::fmt::Debug for Session {
 
 /// What one `_auth` exchange came to.
 enum Attempt {
-    Accepted(Session),
+    Accepted(Box<Session>),
     /// Pending key or timed-out request: wait and sign in again.
     Retry,
 }
@@ -164,7 +164,7 @@ impl Auth {
             }
             attempts += 1;
             match self.sign_in()? {
-                Attempt::Accepted(session) => return Ok(session),
+                Attempt::Accepted(session) => return Ok(*session),
                 Attempt::Retry => {
                     let retries = self.settings.auth_retries;
                     if retries > 0 && attempts >= retries {
@@ -269,7 +269,7 @@ impl Auth {
                     generation: 0,
                 };
                 tracing::debug!("Got new master aes key.");
-                Ok(Attempt::Accepted(session))
+                Ok(Attempt::Accepted(Box::new(session)))
             }
             Ok(AuthOutcome::Pending) => {
                 tracing::error!(
