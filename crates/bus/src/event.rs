@@ -86,7 +86,7 @@ pub(crate) fn prepare(
     value::set(&mut data, "_stamp", value::s(stamp(now)));
     // Packed once; packed again only in the rare case that trimming changed the data.
     let mut body = pack_event(tag, &data);
-    if body.len() - tag.len() - TAGEND.len() + PY_BYTES_OVERHEAD > max_event_size {
+    if too_big(body.len() - tag.len() - TAGEND.len(), max_event_size) {
         trim(&mut data, max_event_size);
         body = pack_event(tag, &data);
     }
@@ -99,6 +99,11 @@ const TRIMMED: &str = "VALUE_TRIMMED";
 /// `sys.getsizeof(bytes)` is the length plus this header; Salt compares that to the limit.
 const PY_BYTES_OVERHEAD: usize = 33;
 
+/// Whether data packing to `packed_len` bytes is over `max_event_size` and gets trimmed.
+fn too_big(packed_len: usize, max: usize) -> bool {
+    packed_len + PY_BYTES_OVERHEAD > max
+}
+
 /// `dicttrim.trim_dict(..., percent=50, stepper_size=10)`: while the packed data is too big,
 /// replace every value (descending into nested maps, not lists) larger than 50%, then 40%,
 /// ... 10% of the limit with `"VALUE_TRIMMED"`. Like Salt, it stops after the 10% pass even
@@ -108,7 +113,7 @@ const PY_BYTES_OVERHEAD: usize = 33;
 /// only its pointer array); Halite uses the value's msgpack length, which trims at least
 /// as much.
 fn trim(data: &mut Value, max: usize) {
-    if packed_len(data) + PY_BYTES_OVERHEAD <= max {
+    if !too_big(packed_len(data), max) {
         return;
     }
     for percent in [50, 40, 30, 20, 10] {

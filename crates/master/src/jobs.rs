@@ -202,13 +202,13 @@ fn write_batch(store: &dyn JobStore, local: &LocalCacheWriter, batch: &[JobOp]) 
             }
             JobOp::Return { jid, id, packed } => match value::decode(packed) {
                 Ok(load) => {
-                    let written = match &job_dir {
+                    let dir = match &job_dir {
                         Some((last, dir)) if *last == jid.as_str() => Ok(dir),
                         _ => local
                             .jid_dir(jid)
                             .map(|dir| &job_dir.insert((jid.as_str(), dir)).1),
-                    }
-                    .and_then(|dir| local.write_return_in(dir, jid, id, &load));
+                    };
+                    let written = dir.and_then(|dir| local.write_return_in(dir, jid, id, &load));
                     if let Err(e) = written {
                         tracing::warn!(%jid, minion = %id, error = %e, "Could not write the return to local_cache");
                     }
