@@ -50,6 +50,43 @@ pub enum JobOp {
     },
 }
 
+/// Where the request handlers put jobs and returns. The daemon's is [`JobCache`] (the
+/// writer thread plus `local_cache`); tests record.
+pub trait JobSink: Send + Sync {
+    /// A job went out: its load and expected minions. Salt's `local_cache` copy of the load
+    /// must exist when this returns (the stock `salt` CLI reads `.load.p` right after the
+    /// publish reply); the rest may be written later.
+    fn save_load(&self, jid: &str, load: Value, minions: Vec<String>);
+    /// A minion returned; `packed` is the msgpack of its full return load.
+    fn add_return(&self, jid: String, id: String, packed: Vec<u8>);
+}
+
+/// The daemon's job sink: the `local_cache` load written at once, everything else queued
+/// for the writer thread.
+pub struct JobCache {
+    /// The writer thread's queue.
+    pub writer: JobWriter,
+    /// Salt's `local_cache` tree.
+    pub local: LocalCacheWriter,
+}
+
+impl JobSink for JobCache {
+    fn save_load(&self, jid: &str, load: Value, minions: Vec<String>) {
+        if let Err(e) = self.local.write_load(jid, &load, &minions) {
+            tracing::warn!(%jid, "Could not write the job load to local_cache: {e}");
+        }
+        self.writer.send(JobOp::Load {
+            jid: jid.to_owned(),
+            load,
+            minions,
+        });
+    }
+
+    fn add_return(&self, jid: String, id: String, packed: Vec<u8>) {
+        self.writer.send(JobOp::Return { jid, id, packed });
+    }
+}
+
 /// Handle to the writer thread; dropping every handle stops it after it drains the queue.
 #[derive(Clone)]
 pub struct JobWriter {

@@ -15,14 +15,16 @@
 
 pub mod dispatch;
 pub mod events;
+pub mod handlers;
 pub mod jobs;
 pub mod keys;
 pub mod publisher;
 pub mod sessions;
+pub mod watch;
 
 use events::EventSink;
 use halite_config::MasterConfig;
-use halite_jobcache::{HashType, LocalCacheWriter, RedbJobStore};
+use halite_jobcache::{HashType, JobStore, LocalCacheWriter, RedbJobStore};
 use halite_keystore::KeyStore;
 use halite_proto::jid::JidGenerator;
 use halite_proto::rsa::{PrivateKey, SigAlgo};
@@ -30,7 +32,7 @@ use halite_proto::value::{map, s};
 use halite_proto::Value;
 use halite_transport::zeromq::{ZmqServer, ZmqServerConfig};
 use halite_transport::ServerTransport;
-use jobs::JobWriter;
+use jobs::{JobCache, JobSink, JobWriter};
 use keys::{KeyChange, KeyIndex};
 use publisher::Publisher;
 use sessions::Sessions;
@@ -41,6 +43,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
+use watch::JobWatch;
 
 /// How often the key directories are checked for changes.
 pub const KEY_REFRESH_INTERVAL: Duration = Duration::from_millis(500);
@@ -83,16 +86,72 @@ pub struct Master {
     keys: KeyIndex,
     sessions: Sessions,
     publisher: Publisher,
+    transport: Arc<dyn ServerTransport>,
     events: Arc<dyn EventSink>,
-    jobs: JobWriter,
-    local_cache: LocalCacheWriter,
+    jobs: Arc<dyn JobSink>,
+    job_store: Arc<dyn JobStore>,
+    watch: JobWatch,
     jids: Mutex<JidGenerator>,
     grains: RwLock<HashMap<String, Value>>,
     client_keys: Vec<(String, String)>,
     regex: halite_target::RegexCache,
 }
 
+/// What a [`Master`] is built from besides its config: where replies and publishes go,
+/// where events go, where jobs are written and read. The daemon ([`run`]) passes its
+/// sockets, bus and job cache; tests pass recorders.
+pub struct Parts {
+    /// Replies (held ones too) and publishes.
+    pub transport: Arc<dyn ServerTransport>,
+    /// The master bus.
+    pub events: Arc<dyn EventSink>,
+    /// Job loads and returns, written.
+    pub jobs: Arc<dyn JobSink>,
+    /// The job store, read by runners and `pub_ret`.
+    pub job_store: Arc<dyn JobStore>,
+}
+
 impl Master {
+    /// A master from its config and parts: opens the pki directory (making the master key
+    /// pair when missing), the session keys, and writes the local users' client keys.
+    /// The directories of [`prepare_dirs`] must exist.
+    pub fn new(cfg: MasterConfig, parts: Parts) -> Result<Master, Error> {
+        let store = KeyStore::open(&cfg.pki_dir).map_err(|e| Error::Keys(e.to_string()))?;
+        let master_id = cfg.id.strip_suffix("_master").unwrap_or(&cfg.id).to_owned();
+        let (key, pub_clean) = store
+            .load_or_create_master_keys(&master_id, cfg.keysize)
+            .map_err(|e| Error::Keys(e.to_string()))?;
+        let signer = cfg.sign_pub_messages.then(|| {
+            let algo = SigAlgo::parse(cfg.publish_signing_algorithm.as_str())
+                .unwrap_or(SigAlgo::Pkcs1v15Sha1);
+            (key.clone(), algo)
+        });
+        let publisher = Publisher::new(parts.transport.clone(), key.clone(), signer);
+        Ok(Master {
+            client_keys: write_client_keys(&cfg)?,
+            sessions: Sessions::new(&cfg.cachedir, cfg.publish_session)
+                .map_err(io_err("cannot create sessions in", &cfg.cachedir))?,
+            keys: KeyIndex::load(store),
+            key,
+            pub_clean,
+            publisher,
+            transport: parts.transport,
+            events: parts.events,
+            jobs: parts.jobs,
+            job_store: parts.job_store,
+            watch: JobWatch::new(),
+            jids: Mutex::new(JidGenerator::default()),
+            grains: RwLock::new(HashMap::new()),
+            regex: halite_target::RegexCache::new(256),
+            cfg,
+        })
+    }
+
+    /// The configuration the master runs with.
+    pub fn config(&self) -> &MasterConfig {
+        &self.cfg
+    }
+
     fn next_jid(&self) -> String {
         self.jids
             .lock()
@@ -253,19 +312,21 @@ fn zmq_config(cfg: &MasterConfig) -> ZmqServerConfig {
     z
 }
 
-/// Runs the master until `shutdown` is cancelled.
-pub async fn run(cfg: MasterConfig, shutdown: CancellationToken) -> Result<(), Error> {
+/// Creates the directories Salt's `verify_env` creates (stock `salt-run` writes its proc
+/// files under `cachedir/proc`).
+pub fn prepare_dirs(cfg: &MasterConfig) -> Result<(), Error> {
     make_dir(&cfg.cachedir, 0o755)?;
-    // Salt's verify_env creates these; stock `salt-run` writes its proc files there.
     for sub in ["jobs", "proc", "sessions"] {
         make_dir(&cfg.cachedir.join(sub), 0o755)?;
     }
-    make_dir(&cfg.sock_dir, 0o750)?;
-    let store = KeyStore::open(&cfg.pki_dir).map_err(|e| Error::Keys(e.to_string()))?;
-    let master_id = cfg.id.strip_suffix("_master").unwrap_or(&cfg.id).to_owned();
-    let (key, pub_clean) = store
-        .load_or_create_master_keys(&master_id, cfg.keysize)
-        .map_err(|e| Error::Keys(e.to_string()))?;
+    make_dir(&cfg.sock_dir, 0o750)
+}
+
+/// Runs the master until `shutdown` is cancelled.
+pub async fn run(cfg: MasterConfig, shutdown: CancellationToken) -> Result<(), Error> {
+    prepare_dirs(&cfg)?;
+    // The pki directory and master keys are checked before any socket is bound.
+    KeyStore::open(&cfg.pki_dir).map_err(|e| Error::Keys(e.to_string()))?;
 
     let bus_server = halite_bus::BusServer::bind(
         &halite_bus::BusSockets::master(&cfg.sock_dir),
@@ -289,8 +350,8 @@ pub async fn run(cfg: MasterConfig, shutdown: CancellationToken) -> Result<(), E
 
     let job_store = Arc::new(RedbJobStore::open(cfg.cachedir.join("jobs.redb"))?);
     let hash_type: HashType = cfg.hash_type.parse().unwrap_or_default();
-    let (jobs, jobs_thread) = JobWriter::spawn(
-        job_store,
+    let (writer, jobs_thread) = JobWriter::spawn(
+        job_store.clone(),
         LocalCacheWriter::new(&cfg.cachedir, hash_type),
         cfg.keep_jobs_seconds,
     );
@@ -298,33 +359,16 @@ pub async fn run(cfg: MasterConfig, shutdown: CancellationToken) -> Result<(), E
     let zcfg = zmq_config(&cfg);
     let (transport, incoming) = ZmqServer::bind(&zcfg)?;
     let transport = Arc::new(transport);
-    let signer = cfg.sign_pub_messages.then(|| {
-        let algo =
-            SigAlgo::parse(cfg.publish_signing_algorithm.as_str()).unwrap_or(SigAlgo::Pkcs1v15Sha1);
-        (key.clone(), algo)
-    });
-    let publisher = Publisher::new(
-        transport.clone() as Arc<dyn ServerTransport>,
-        key.clone(),
-        signer,
-    );
-
-    let master = Arc::new(Master {
-        client_keys: write_client_keys(&cfg)?,
-        sessions: Sessions::new(&cfg.cachedir, cfg.publish_session)
-            .map_err(io_err("cannot create sessions in", &cfg.cachedir))?,
-        keys: KeyIndex::load(store),
-        local_cache: LocalCacheWriter::new(&cfg.cachedir, hash_type),
-        key,
-        pub_clean,
-        publisher,
-        events: Arc::new(bus.clone()),
-        jobs,
-        jids: Mutex::new(JidGenerator::default()),
-        grains: RwLock::new(HashMap::new()),
-        regex: halite_target::RegexCache::new(256),
+    let local = LocalCacheWriter::new(&cfg.cachedir, hash_type);
+    let master = Arc::new(Master::new(
         cfg,
-    });
+        Parts {
+            transport: transport.clone(),
+            events: Arc::new(bus.clone()),
+            jobs: Arc::new(JobCache { writer, local }),
+            job_store,
+        },
+    )?);
 
     // Request workers: OS threads, like Salt's MWorkers, sharing one queue.
     let incoming = Arc::new(Mutex::new(incoming));
@@ -337,9 +381,10 @@ pub async fn run(cfg: MasterConfig, shutdown: CancellationToken) -> Result<(), E
                 .spawn(move || loop {
                     let next = rx.lock().unwrap_or_else(|e| e.into_inner()).blocking_recv();
                     let Some(req) = next else { return };
-                    let reply = m.handle_request(&req.body);
-                    if t.reply(req.peer, reply).is_err() {
-                        return;
+                    if let Some(reply) = m.handle_request(&req.body, &req.peer) {
+                        if t.reply(req.peer, reply).is_err() {
+                            return;
+                        }
                     }
                 })
                 .map_err(io_err("cannot start worker threads in", Path::new("/")))?,

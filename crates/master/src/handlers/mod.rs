@@ -1,0 +1,6 @@
+//! The request handlers, by concern. Each is an `impl Master` block whose functions the
+//! tables in [`crate::dispatch`] name.
+
+pub mod auth;
+pub mod minion;
+pub mod publish;

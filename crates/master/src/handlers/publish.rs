@@ -1,0 +1,206 @@
+//! Publishing jobs: the clear `publish` command of local clients (`ClearFuncs.publish`), and
+//! [`Master::publish_job`], the one path every job takes — CLI publishes, peer publishes
+//! from minions, and the jobs runners send.
+//!
+//! A job's life here: expected minions from the accepted keys and the grains cache
+//! (`CkMinions.check_minions`), a jid, `salt/job/<jid>/new`, the `local_cache` load (before
+//! the reply: the stock `salt` CLI reads it right after), the publish load built as
+//! `ClearFuncs._prep_pub` builds it, `salt/job/<jid>/publish`, and the signed publish.
+
+use crate::Master;
+use halite_proto::value::{self, map, s};
+use halite_proto::Value;
+
+/// Who is waiting for a job's returns on the master (see [`crate::watch`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WatchFor<'a> {
+    /// Nobody: the client follows the returns on the bus.
+    Nobody,
+    /// A runner on the master.
+    Runner,
+    /// The minion that published it (peer); the publish load carries its `id`.
+    Peer(&'a str),
+}
+
+/// What [`Master::publish_job`] did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Published {
+    /// The job id; `None` when no minion matched.
+    pub jid: Option<String>,
+    /// Minions expected to return.
+    pub minions: Vec<String>,
+    /// Listed ids with no accepted key.
+    pub missing: Vec<String>,
+}
+
+impl Published {
+    /// The clear `publish` reply.
+    pub fn clear_reply(&self, tgt: &Value) -> Value {
+        let names = |v: &[String]| Value::Array(v.iter().map(|m| s(m.clone())).collect());
+        let load = match &self.jid {
+            Some(jid) => map([
+                ("jid", s(jid.clone())),
+                ("minions", names(&self.minions)),
+                ("missing", names(&self.missing)),
+            ]),
+            None => {
+                let shown = value::str_of(tgt)
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| format!("{tgt}"));
+                map([
+                    ("jid", Value::Nil),
+                    ("minions", Value::Array(vec![])),
+                    (
+                        "error",
+                        s(format!(
+                            "Master could not resolve minions for target {shown}"
+                        )),
+                    ),
+                ])
+            }
+        };
+        map([("enc", s("clear")), ("load", load)])
+    }
+}
+
+impl Master {
+    pub(crate) fn handle_publish(&self, load: &Value) -> Value {
+        let mut load = load.clone();
+        let key = value::remove(&mut load, "key");
+        let user = value::get_str(&load, "user").unwrap_or("root").to_owned();
+        if !self.client_key_valid(key.as_ref()) {
+            tracing::warn!("Authentication failure of type \"user\" occurred.");
+            return auth_error();
+        }
+        let tgt = value::get(&load, "tgt").cloned().unwrap_or(s(""));
+        match self.publish_job(load, &user, WatchFor::Nobody) {
+            Ok(p) => p.clear_reply(&tgt),
+            Err(e) => {
+                tracing::error!("Publish failed: {e}");
+                map([("error", s(e))])
+            }
+        }
+    }
+
+    /// Whether `key` is one of the local users' keys (`cachedir/.<user>_key`).
+    pub(crate) fn client_key_valid(&self, key: Option<&Value>) -> bool {
+        key.and_then(value::str_of)
+            .is_some_and(|k| self.client_keys.iter().any(|(_, v)| v == k))
+    }
+
+    /// Publishes the job a clear `publish` load describes (`tgt`, `tgt_type`, `fun`, `arg`,
+    /// `ret`, `jid`, `to`, `kwargs`), as `user`.
+    pub fn publish_job(
+        &self,
+        load: Value,
+        user: &str,
+        watch: WatchFor<'_>,
+    ) -> Result<Published, String> {
+        let tgt = value::get(&load, "tgt").cloned().unwrap_or(s(""));
+        let tgt_type = value::get_str(&load, "tgt_type")
+            .unwrap_or("glob")
+            .to_owned();
+        let fun = value::get(&load, "fun")
+            .cloned()
+            .ok_or("publish without fun")?;
+        let arg = value::get(&load, "arg")
+            .cloned()
+            .unwrap_or(Value::Array(vec![]));
+        let kwargs = value::get(&load, "kwargs")
+            .cloned()
+            .unwrap_or(Value::Map(vec![]));
+        let delimiter = value::get_str(&kwargs, "delimiter")
+            .unwrap_or(":")
+            .to_owned();
+        let (minions, missing) = self.expected_minions(&tgt, &tgt_type, &delimiter);
+        if minions.is_empty() {
+            return Ok(Published {
+                jid: None,
+                minions,
+                missing,
+            });
+        }
+        let jid = match value::get_str(&load, "jid") {
+            Some(j) if halite_proto::jid::is_jid(j) => j.to_owned(),
+            _ => self.next_jid(),
+        };
+        let names = |v: &[String]| Value::Array(v.iter().map(|m| s(m.clone())).collect());
+        self.events.fire(
+            &format!("salt/job/{jid}/new"),
+            map([
+                ("jid", s(jid.clone())),
+                ("tgt_type", s(tgt_type.clone())),
+                ("tgt", tgt.clone()),
+                ("user", s(user)),
+                ("fun", fun.clone()),
+                ("arg", arg.clone()),
+                ("minions", names(&minions)),
+                ("missing", names(&missing)),
+            ]),
+        );
+
+        // The publish load, built as `ClearFuncs._prep_pub` builds it.
+        let mut pub_load = vec![
+            (s("fun"), fun.clone()),
+            (s("arg"), arg.clone()),
+            (s("tgt"), tgt.clone()),
+            (s("jid"), s(jid.clone())),
+            (s("ret"), value::get(&load, "ret").cloned().unwrap_or(s(""))),
+        ];
+        if delimiter != ":" {
+            pub_load.push((s("delimiter"), s(delimiter)));
+        }
+        pub_load.push((s("tgt_type"), s(tgt_type)));
+        if let Some(to) = value::get(&load, "to") {
+            pub_load.push((s("to"), to.clone()));
+        }
+        for field in [
+            "ret_config",
+            "metadata",
+            "module_executors",
+            "executor_opts",
+            "ret_kwargs",
+        ] {
+            if let Some(v) = value::get(&kwargs, field) {
+                pub_load.push((s(field), v.clone()));
+            }
+        }
+        pub_load.push((s("user"), s(user)));
+        let mut saved = load;
+        value::set(&mut saved, "jid", s(jid.clone()));
+        match watch {
+            WatchFor::Nobody => {}
+            WatchFor::Runner => self.watch.register(&jid, &minions, None),
+            WatchFor::Peer(id) => {
+                self.watch.register(&jid, &minions, Some(id));
+                pub_load.push((s("id"), s(id)));
+                value::set(&mut saved, "id", s(id));
+            }
+        }
+        let pub_load = Value::Map(pub_load);
+        self.jobs.save_load(&jid, saved, minions.clone());
+        tracing::info!(
+            "User {user} Published command {} with jid {jid}",
+            value::str_of(&fun).unwrap_or("?")
+        );
+        self.events
+            .fire(&format!("salt/job/{jid}/publish"), pub_load.clone());
+        self.publisher.publish(pub_load)?;
+        Ok(Published {
+            jid: Some(jid),
+            minions,
+            missing,
+        })
+    }
+}
+
+/// Salt's reply to a client whose key or token did not authenticate.
+pub(crate) fn auth_error() -> Value {
+    map([(
+        "error",
+        map([
+            ("name", s("AuthenticationError")),
+            ("message", s("Authentication error occurred.")),
+        ]),
+    )])
+}
