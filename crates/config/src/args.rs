@@ -84,26 +84,62 @@ pub fn yamlify_arg(arg: &str) -> Value {
 /// words gathered into a trailing `{"__kwarg__": true, ...}` map, and integers that read
 /// as jids (`condition_input`: 20 characters) kept as strings.
 pub fn parse_input(args: &[String], no_parse: &[String]) -> Vec<Value> {
+    let args: Vec<Value> = args.iter().map(|a| Value::from(a.as_str())).collect();
+    parse_input_values(&args, no_parse)
+}
+
+/// [`parse_input`] over values, as the master applies it to what a minion or an API
+/// client sent: strings are parsed as command-line words, a map with `__kwarg__: true`
+/// merges into the keyword arguments, anything else is a positional argument as it is.
+pub fn parse_input_values(args: &[Value], no_parse: &[String]) -> Vec<Value> {
     let mut out = Vec::new();
     let mut kwargs: Vec<(Value, Value)> = Vec::new();
+    let set = |kwargs: &mut Vec<(Value, Value)>, key: Value, value: Value| match kwargs
+        .iter_mut()
+        .find(|(k, _)| py_eq(k, &key))
+    {
+        Some(slot) => slot.1 = value,
+        None => kwargs.push((key, value)),
+    };
     for arg in args {
-        match parse_kwarg(arg) {
-            Some((name, value)) => {
-                let key = Value::from(name);
-                let value = if no_parse.iter().any(|n| n == name) {
-                    Value::from(value)
-                } else {
-                    yamlify_arg(value)
+        match arg {
+            Value::String(text) => {
+                let Some(word) = text.as_str() else {
+                    out.push(arg.clone());
+                    continue;
                 };
-                match kwargs.iter_mut().find(|(k, _)| py_eq(k, &key)) {
-                    Some(slot) => slot.1 = value,
-                    None => kwargs.push((key, value)),
+                match parse_kwarg(word) {
+                    Some((name, value)) => {
+                        let value = if no_parse.iter().any(|n| n == name) {
+                            Value::from(value)
+                        } else {
+                            yamlify_arg(value)
+                        };
+                        set(&mut kwargs, Value::from(name), value);
+                    }
+                    None => out.push(yamlify_arg(word)),
                 }
             }
-            None => out.push(match yamlify_arg(arg) {
-                Value::Integer(i) if i.to_string().len() == 20 => Value::from(i.to_string()),
-                other => other,
-            }),
+            Value::Map(entries)
+                if entries.iter().any(|(k, v)| {
+                    k.as_str() == Some("__kwarg__") && *v == Value::Boolean(true)
+                }) =>
+            {
+                for (k, v) in entries {
+                    if k.as_str() != Some("__kwarg__") {
+                        set(&mut kwargs, k.clone(), v.clone());
+                    }
+                }
+            }
+            other => out.push(other.clone()),
+        }
+    }
+    // `condition_input`: integers that read as jids stay strings.
+    for v in &mut out {
+        if let Value::Integer(i) = v {
+            if i.to_string().len() == 20 {
+                *v = Value::from(i.to_string());
+            }
         }
     }
     if !kwargs.is_empty() {
@@ -117,6 +153,49 @@ pub fn parse_input(args: &[String], no_parse: &[String]) -> Vec<Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn values_from_a_minion_parse_as_salt_parse_input_does() {
+        let kw = Value::Map(vec![
+            (Value::from("__kwarg__"), Value::Boolean(true)),
+            (Value::from("b"), Value::from(2)),
+        ]);
+        let plain_map = Value::Map(vec![(Value::from("k"), Value::from("v"))]);
+        let got = parse_input_values(
+            &[
+                Value::from("1"),
+                Value::from("a=[1, 2]"),
+                Value::from(7),
+                plain_map.clone(),
+                kw,
+                Value::from(20240101120000123456u64),
+                Value::from("raw=yes"),
+            ],
+            &["raw".to_owned()],
+        );
+        assert_eq!(
+            got,
+            vec![
+                Value::from(1),
+                Value::from(7),
+                plain_map,
+                Value::from("20240101120000123456"),
+                Value::Map(vec![
+                    (Value::from("__kwarg__"), Value::Boolean(true)),
+                    (
+                        Value::from("a"),
+                        Value::Array(vec![Value::from(1), Value::from(2)])
+                    ),
+                    (Value::from("b"), Value::from(2)),
+                    (Value::from("raw"), Value::from("yes")),
+                ]),
+            ]
+        );
+        assert_eq!(
+            parse_input_values(&[Value::from("x=1")], &[]),
+            parse_input(&["x=1".to_owned()], &[])
+        );
+    }
 
     #[test]
     fn kwarg_strings_follow_the_salt_regex() {

@@ -12,6 +12,8 @@
 //!   `fancy-regex`, with a backtracking limit so a hostile pattern fails instead of hanging.
 //!   Also meant for the ACL evaluators (`peer`, `publisher_acl`, `external_auth`).
 //! - [`fnmatch`]: Python `fnmatch.fnmatch` on POSIX.
+//! - [`pyvalue`]: how Salt's Python code sees a msgpack value (`str()`, `repr()`, dict
+//!   lookups with duplicate keys); also used by the ACL evaluator.
 //! - [`subdict_match`]: grain/pillar matching (deepest key first, `*` wildcards, lists,
 //!   key existence, lower-casing of both sides, including regex patterns).
 //! - [`parse_target`]: the compound word grammar (`G@`, `G|@os|RedHat`, …) and
@@ -37,10 +39,10 @@ pub mod master;
 pub mod minion;
 pub mod nodegroup;
 pub mod pyre;
+pub mod pyvalue;
 pub mod subdict;
 
 mod ipcidr;
-mod pyvalue;
 #[cfg(test)]
 mod testutil;
 

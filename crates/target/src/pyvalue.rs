@@ -18,7 +18,7 @@ use std::fmt::Write as _;
 use rmpv::Value;
 
 /// The Python `str` a value is, if it is one.
-pub(crate) fn text(v: &Value) -> Option<&str> {
+pub fn text(v: &Value) -> Option<&str> {
     match v {
         Value::String(s) => std::str::from_utf8(s.as_bytes()).ok(),
         Value::Binary(b) => std::str::from_utf8(b).ok(),
@@ -27,7 +27,7 @@ pub(crate) fn text(v: &Value) -> Option<&str> {
 }
 
 /// Python `str(v)`.
-pub(crate) fn to_str(v: &Value) -> Cow<'_, str> {
+pub fn to_str(v: &Value) -> Cow<'_, str> {
     if let Some(s) = text(v) {
         return Cow::Borrowed(s);
     }
@@ -37,7 +37,7 @@ pub(crate) fn to_str(v: &Value) -> Cow<'_, str> {
 }
 
 /// Python `repr(v)`, appended to `out`.
-pub(crate) fn repr(v: &Value, out: &mut String) {
+pub fn repr(v: &Value, out: &mut String) {
     match v {
         Value::Nil => out.push_str("None"),
         Value::Boolean(true) => out.push_str("True"),
@@ -83,7 +83,7 @@ pub(crate) fn repr(v: &Value, out: &mut String) {
 
 /// The entries of a msgpack map as the Python dict holds them: in first-insertion order,
 /// with the value of the last duplicate.
-pub(crate) fn dict_entries(entries: &[(Value, Value)]) -> impl Iterator<Item = (&Value, &Value)> {
+pub fn dict_entries(entries: &[(Value, Value)]) -> impl Iterator<Item = (&Value, &Value)> {
     entries.iter().enumerate().filter_map(move |(n, (k, _))| {
         if entries[..n].iter().any(|(earlier, _)| key_eq(earlier, k)) {
             return None;
@@ -98,7 +98,7 @@ pub(crate) fn dict_entries(entries: &[(Value, Value)]) -> impl Iterator<Item = (
 }
 
 /// Python `key in dict` / `dict[key]` with a `str` key.
-pub(crate) fn dict_get<'v>(entries: &'v [(Value, Value)], key: &str) -> Option<&'v Value> {
+pub fn dict_get<'v>(entries: &'v [(Value, Value)], key: &str) -> Option<&'v Value> {
     entries
         .iter()
         .rev()

@@ -84,4 +84,7 @@ pub trait ServerTransport: Send + Sync {
     fn reply(&self, peer: PeerId, body: Vec<u8>) -> Result<(), Error>;
     /// Sends one publish frame to every connected minion.
     fn publish(&self, frame: Vec<u8>) -> Result<(), Error>;
+    /// The addresses connected to the publish port now (liveness as the connection shows
+    /// it; Salt's `connected_ids` reads the same from the OS).
+    fn publish_peers(&self) -> Vec<std::net::IpAddr>;
 }

@@ -95,6 +95,8 @@ const IDLE_QUEUE_SLOTS: usize = 4;
 
 /// One subscriber: what the fan-out task fills and its connection task drains.
 struct Subscriber {
+    /// The peer's address (Salt's `connected_ids` matches these against minion grains).
+    peer: std::net::IpAddr,
     /// Prefixes subscribed to, one entry per `SUBSCRIBE` (libzmq counts duplicates too).
     topics: Vec<Vec<u8>>,
     /// Frames not yet written, at most `pub_hwm`.
@@ -230,6 +232,18 @@ impl PubServer {
     /// listening, subscribed or not.
     pub fn subscribers(&self) -> usize {
         lock(&self.registry).subscribers.len()
+    }
+
+    /// The addresses of the connections [`PubServer::subscribers`] counts, de-duplicated.
+    pub fn subscriber_addrs(&self) -> Vec<std::net::IpAddr> {
+        let mut addrs: Vec<_> = lock(&self.registry)
+            .subscribers
+            .values()
+            .map(|s| s.peer)
+            .collect();
+        addrs.sort_unstable();
+        addrs.dedup();
+        addrs
     }
 
     /// Closes the port and every connection, and stops the thread. Idempotent.
@@ -375,6 +389,7 @@ async fn serve(
         reg.subscribers.insert(
             id,
             Subscriber {
+                peer: peer.ip(),
                 topics: Vec::new(),
                 queue: VecDeque::new(),
                 waker: None,
@@ -530,6 +545,7 @@ mod tests {
         lock(&registry).subscribers.insert(
             1,
             Subscriber {
+                peer: std::net::Ipv4Addr::LOCALHOST.into(),
                 topics: vec![Vec::new()],
                 queue: VecDeque::new(),
                 waker: None,

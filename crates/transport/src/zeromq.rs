@@ -227,6 +227,10 @@ impl ServerTransport for ZmqServer {
     fn publish(&self, frame: Vec<u8>) -> Result<(), Error> {
         self.publisher.publish(frame)
     }
+
+    fn publish_peers(&self) -> Vec<std::net::IpAddr> {
+        self.publisher.subscriber_addrs()
+    }
 }
 
 /// Logs one socket-monitor event: `[u16 event, u32 value]` then the endpoint.

@@ -1,0 +1,136 @@
+//! Salt 3008.3's ACL evaluator: may this request run? One evaluator for `peer` and
+//! `peer_run` now, and `publisher_acl`, `external_auth` and the HTTP API later.
+//!
+//! Salt has one grammar for all of them (`salt.utils.minions.CkMinions.auth_check`): a
+//! list of string entries (function regexes allowed on any target) and one-key maps
+//! `{target: [conditions]}`, where a condition is a function regex or
+//! `{fun_regex: {args: [...], kwargs: {...}}}` (or a list of such specs). This crate
+//!
+//! - parses such a list once ([`Acl::parse`]) into typed entries with compiled regexes
+//!   (Python `re` semantics and a backtracking limit, from [`halite_target::pyre`]),
+//!   reporting what it cannot use ([`ParseWarning`]);
+//! - parses `peer` ([`PeerAcl`]: `{id_regex: [entries]}`, every matching key's entries
+//!   concatenated) and `peer_run` ([`RunnerAcl`]: `{id_regex: [runner_fun_regex]}`);
+//! - checks a request ([`Acl::check`], [`Request`]) and answers a [`Decision`] that says
+//!   which entry allowed each function, or why the request was denied;
+//! - checks runner/wheel access ([`Acl::check_spec`]: `@runner`, `@wheel`, `@<module>`);
+//! - lists the patterns whose meaning depends on the anchoring mode
+//!   ([`Acl::differing_patterns`], [`ModeNote`]), for the master to log at startup.
+//!
+//! ```
+//! use halite_acl::{Matching, PeerAcl, Request, Targets};
+//! use halite_acl::Value;
+//! use std::collections::BTreeSet;
+//!
+//! struct Accepted; // the master implements this with halite_target::CkMinions
+//! impl Targets for Accepted {
+//!     fn expand(&self, _tgt: &Value, _tgt_type: &str) -> BTreeSet<String> {
+//!         ["web1".to_owned()].into()
+//!     }
+//! }
+//! let matching = Matching::from_config_value(&Value::Nil).unwrap(); // acl_regex_match
+//! let peer = Value::Map(vec![(".*example.com".into(), vec![Value::from("test.*")].into())]);
+//! let (peer, warnings) = PeerAcl::parse(&peer, matching);
+//! assert!(warnings.is_empty());
+//! let (fun, arg, tgt) = (Value::from("test.ping"), Value::Array(vec![]), Value::from("*"));
+//! let req = Request::new(&fun, &arg, &tgt, "glob");
+//! let decision = peer.check("web.example.com", &req, &Accepted);
+//! assert_eq!(
+//!     decision.to_string(),
+//!     "allowed: 'test.ping' by entry 0 'test.*' (under '.*example.com')"
+//! );
+//! assert!(!peer.check("web.example.com.evil.org", &req, &Accepted).allowed);
+//! for note in peer.differing_patterns() {
+//!     println!("{note}"); // the master logs these at startup
+//! }
+//! ```
+//!
+//! What it does not do: no I/O, no clock, no configuration loading, no logging of parse
+//! warnings (the caller logs them). Target expansion (accepted keys, grains and pillar
+//! cache) comes from the caller through [`Targets`], which is implemented here for
+//! [`halite_target::CkMinions`]. Salt's other peer rules live in the master: the
+//! `publish.*` recursion guard, comma-separated multi-function peer publishes (which always
+//! fail in Salt), `parse_input` of the arguments, nodegroup handling. Salt's
+//! `auth.enable_expanded_auth_matching` (`auth_check_expanded`, broken in 3008.3) is not
+//! implemented. The `publisher_acl` user-name matching and `external_auth`'s
+//! `fill_auth_list` are not here yet.
+//!
+//! Deviations from Salt, each failing closed where Salt is insecure or inconsistent:
+//! - **Anchoring.** Salt uses `re.match` (start-anchored only) for every regex: id keys,
+//!   function regexes, argument regexes. The default here is [`Matching::Full`]
+//!   (`re.fullmatch`); [`Matching::Prefix`] (master option `acl_regex_match: prefix`) is
+//!   Salt's behaviour exactly. Argument and keyword regexes follow the same mode: under
+//!   Salt, `args: ['ls']` admits `ls; rm -rf /`.
+//! - **Multi-function jobs.** Salt authorises a whole job when *any one* function is
+//!   authorised (or whitelisted), so `[test.ping, cmd.run]` passes an ACL that only allows
+//!   `test.ping`. Here **every** function must be allowed; the whitelist allows only the
+//!   functions it names. At most [`MAX_FUNCTIONS`] functions are checked; a larger job is
+//!   denied.
+//! - **Malformed configuration never grants.** An argument spec with a key other than
+//!   `args`/`kwargs` (Salt ignores it, so the typo `arg:` allows any arguments), an `args`
+//!   value that is not a list (Salt iterates a string character by character), a `kwargs`
+//!   value that is not a map, or a rule that is not a string or null never passes. An
+//!   ACL that is not a list grants nothing (Salt iterates a string's characters or a map's
+//!   keys as function regexes). Each is reported as a [`ParseWarning`].
+//! - **Malformed entries are skipped one at a time.** Where Salt raises (a non-string
+//!   target key, `kwargs: null`, an invalid or non-string `peer`/`peer_run` key, an
+//!   invalid `peer_run` function regex) and so denies the whole request, or every peer
+//!   request, only the bad entry or key is ignored.
+//! - **`@` string entries** (`@runner`, `@jobs`) only grant runner/wheel functions
+//!   ([`Acl::check_spec`]); Salt also tries them as function regexes, which no real function
+//!   name matches.
+//! - **Arguments that are not a list** (for one function, or one function of a
+//!   multi-function job) are no arguments: every `args`/`kwargs` rule fails on them (Salt
+//!   indexes a string character by character). A list/map argument nested deeper than
+//!   [`MAX_ARG_DEPTH`] or larger than [`MAX_ARG_NODES`] values, and a `__kwarg__` map with
+//!   more than [`MAX_KWARGS`] entries, satisfy no rule that inspects them.
+//! - **Regexes**: a pattern `halite_target::pyre` cannot translate, or a match that hits
+//!   the backtracking limit, is no match (Python would accept or spin).
+//!
+//! `tests/salt_auth_table.json` holds 141 cases decided by stock Salt 3008.3
+//! (`tools/gen_auth_table.py`) with the answer Halite gives in each mode; every case where
+//! Halite differs from Salt carries a note.
+//!
+//! Invariants:
+//! - Pure: no I/O, no clock, no global state; a check calls [`Targets::expand`] at most
+//!   once for the request's target (twice with `publish_validate`) and once per map entry
+//!   it reaches (the `*` target and entries whose function regexes do not match never
+//!   expand anything).
+//! - Untrusted requests never panic and cost is bounded: no recursion on request data
+//!   beyond [`MAX_ARG_DEPTH`], at most [`MAX_FUNCTIONS`] functions, regexes compiled once at
+//!   parse time and run with a backtracking limit.
+//! - A target that expands to no minion passes every target entry (Salt's subset rule is
+//!   vacuously true); the caller publishes nothing in that case, as Salt does.
+//! - Regexes are compiled once, at parse time. A check allocates the target expansions it
+//!   needs, one grant per function, and the reasons of entries that came close.
+
+mod acl;
+mod args;
+mod check;
+mod pattern;
+mod peer;
+mod spec;
+#[cfg(test)]
+mod testutil;
+
+pub use acl::{Acl, ParseWarning};
+pub use args::{MAX_ARG_DEPTH, MAX_ARG_NODES, MAX_KWARGS};
+pub use check::{
+    exact_tgt_type, Decision, EntryRef, Grant, GrantedBy, Miss, MissKind, Reason, Request, Targets,
+    MAX_FUNCTIONS,
+};
+pub use pattern::{prefix_differs, Matching, ModeNote, PatternKind};
+pub use peer::{PeerAcl, RunnerAcl};
+pub use rmpv::Value;
+pub use spec::SpecForm;
+
+/// Errors of this crate.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Error {
+    /// The master option `acl_regex_match` has a value other than `full` or `prefix`.
+    #[error("acl_regex_match must be 'full' or 'prefix', not {value}")]
+    InvalidMatching {
+        /// Python `repr` of the configured value.
+        value: String,
+    },
+}

@@ -1,0 +1,114 @@
+//! Test helpers: JSON-written values and a [`Targets`] over a fixed set of minions.
+
+use std::borrow::Cow;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
+
+use halite_target::{Bank, CkMinions, MinionDataCache, RegexCache};
+use rmpv::Value;
+
+use crate::Targets;
+
+/// A msgpack value written as JSON (objects keep their order).
+pub(crate) fn json(text: &str) -> Value {
+    fn conv(v: &serde_json::Value) -> Value {
+        match v {
+            serde_json::Value::Null => Value::Nil,
+            serde_json::Value::Bool(b) => Value::Boolean(*b),
+            serde_json::Value::Number(n) => match n.as_i64() {
+                Some(i) => Value::from(i),
+                None => Value::F64(n.as_f64().unwrap_or(f64::NAN)),
+            },
+            serde_json::Value::String(s) => Value::from(s.as_str()),
+            serde_json::Value::Array(a) => Value::Array(a.iter().map(conv).collect()),
+            serde_json::Value::Object(o) => Value::Map(
+                o.iter()
+                    .map(|(k, v)| (Value::from(k.as_str()), conv(v)))
+                    .collect(),
+            ),
+        }
+    }
+    conv(&serde_json::from_str(text).expect("test JSON"))
+}
+
+/// Accepted minions with grains and pillar, expanded by `halite_target`'s `CkMinions`;
+/// records every expansion asked for.
+pub(crate) struct FakeTargets {
+    accepted: BTreeSet<String>,
+    data: BTreeMap<(String, bool), Value>,
+    regexes: RegexCache,
+    seen: RefCell<Vec<(String, String)>>,
+}
+
+impl FakeTargets {
+    /// `web1` (Debian, pillar env prod), `web2` (RedHat, production), `db1` (Debian, prod),
+    /// `web.example.com` (Debian) and `web.example.com.evil.org` (no cached data).
+    pub(crate) fn standard() -> Self {
+        let mut data = BTreeMap::new();
+        for (id, os, env) in [
+            ("web1", "Debian", Some("prod")),
+            ("web2", "RedHat", Some("production")),
+            ("db1", "Debian", Some("prod")),
+            ("web.example.com", "Debian", None),
+        ] {
+            let grains = Value::Map(vec![(Value::from("os"), Value::from(os))]);
+            data.insert((id.to_owned(), true), grains);
+            if let Some(env) = env {
+                let pillar = Value::Map(vec![(Value::from("env"), Value::from(env))]);
+                data.insert((id.to_owned(), false), pillar);
+            }
+        }
+        Self {
+            accepted: [
+                "web1",
+                "web2",
+                "db1",
+                "web.example.com",
+                "web.example.com.evil.org",
+            ]
+            .into_iter()
+            .map(str::to_owned)
+            .collect(),
+            data,
+            regexes: RegexCache::default(),
+            seen: RefCell::new(Vec::new()),
+        }
+    }
+
+    /// How many expansions were asked for.
+    pub(crate) fn calls(&self) -> usize {
+        self.seen.borrow().len()
+    }
+
+    /// The expansions asked for, as `(tgt, tgt_type)`.
+    pub(crate) fn seen(&self) -> Vec<(String, String)> {
+        self.seen.borrow().clone()
+    }
+}
+
+impl MinionDataCache for FakeTargets {
+    fn has_grains(&self, id: &str) -> bool {
+        self.data.contains_key(&(id.to_owned(), true))
+    }
+
+    fn fetch(&self, bank: Bank, id: &str) -> Option<Cow<'_, Value>> {
+        self.data
+            .get(&(id.to_owned(), bank == Bank::Grains))
+            .map(Cow::Borrowed)
+    }
+}
+
+impl Targets for FakeTargets {
+    fn expand(&self, tgt: &Value, tgt_type: &str) -> BTreeSet<String> {
+        let shown = tgt.as_str().unwrap_or("?").to_owned();
+        self.seen.borrow_mut().push((shown, tgt_type.to_owned()));
+        let ck = CkMinions {
+            accepted: &self.accepted,
+            cache: self,
+            regexes: &self.regexes,
+            minion_data_cache: true,
+            nodegroups: None,
+        };
+        ck.expand(tgt, tgt_type)
+    }
+}
