@@ -34,6 +34,7 @@ type ClearHandler = fn(&Master, &Value) -> Value;
 const CLEAR_HANDLERS: &[(&str, ClearHandler)] = &[
     ("_auth", Master::handle_auth),
     ("publish", Master::handle_publish),
+    ("runner", Master::handle_runner),
     ("ping", Master::handle_ping),
 ];
 
@@ -100,6 +101,10 @@ const AES_HANDLERS: &[(&str, AesHandler)] = &[
     ("_minion_event", Master::handle_minion_event),
     ("_register_resources", Master::handle_register_resources),
     ("_master_opts", Master::handle_master_opts),
+    ("minion_pub", Master::handle_minion_pub),
+    ("minion_publish", Master::handle_minion_publish),
+    ("pub_ret", Master::handle_pub_ret),
+    ("minion_runner", Master::handle_minion_runner),
 ];
 
 pub(crate) fn bad_load() -> Value {

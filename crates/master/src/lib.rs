@@ -20,6 +20,8 @@ pub mod jobs;
 pub mod keys;
 pub mod publisher;
 pub mod sessions;
+#[cfg(test)]
+mod testing;
 pub mod watch;
 
 use events::EventSink;
@@ -28,7 +30,7 @@ use halite_jobcache::{HashType, JobStore, LocalCacheWriter, RedbJobStore};
 use halite_keystore::KeyStore;
 use halite_proto::jid::JidGenerator;
 use halite_proto::rsa::{PrivateKey, SigAlgo};
-use halite_proto::value::{map, s};
+use halite_proto::value::{self, map, s};
 use halite_proto::Value;
 use halite_transport::zeromq::{ZmqServer, ZmqServerConfig};
 use halite_transport::ServerTransport;
@@ -40,7 +42,8 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::Path;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use watch::JobWatch;
@@ -73,6 +76,9 @@ pub enum Error {
     /// The event bus could not be bound.
     #[error("event bus: {0}")]
     Bus(#[from] halite_bus::Error),
+    /// A configuration value is unusable.
+    #[error("configuration: {0}")]
+    Config(String),
     /// The event journal (a Halite extension) could not be configured or started.
     #[error("event journal: {0}")]
     Journal(#[from] halite_journal::Error),
@@ -95,6 +101,11 @@ pub struct Master {
     grains: RwLock<HashMap<String, Value>>,
     client_keys: Vec<(String, String)>,
     regex: halite_target::RegexCache,
+    acl: handlers::peer::PeerAcls,
+    runners: halite_runner::Registry,
+    running_runners: AtomicUsize,
+    /// This master, for the runner threads it starts.
+    me: Weak<Master>,
 }
 
 /// What a [`Master`] is built from besides its config: where replies and publishes go,
@@ -115,7 +126,7 @@ impl Master {
     /// A master from its config and parts: opens the pki directory (making the master key
     /// pair when missing), the session keys, and writes the local users' client keys.
     /// The directories of [`prepare_dirs`] must exist.
-    pub fn new(cfg: MasterConfig, parts: Parts) -> Result<Master, Error> {
+    pub fn new(cfg: MasterConfig, parts: Parts) -> Result<Arc<Master>, Error> {
         let store = KeyStore::open(&cfg.pki_dir).map_err(|e| Error::Keys(e.to_string()))?;
         let master_id = cfg.id.strip_suffix("_master").unwrap_or(&cfg.id).to_owned();
         let (key, pub_clean) = store
@@ -127,10 +138,13 @@ impl Master {
             (key.clone(), algo)
         });
         let publisher = Publisher::new(parts.transport.clone(), key.clone(), signer);
-        Ok(Master {
-            client_keys: write_client_keys(&cfg)?,
-            sessions: Sessions::new(&cfg.cachedir, cfg.publish_session)
-                .map_err(io_err("cannot create sessions in", &cfg.cachedir))?,
+        let acl = handlers::peer::PeerAcls::from_config(&cfg)?;
+        let client_keys = write_client_keys(&cfg)?;
+        let sessions = Sessions::new(&cfg.cachedir, cfg.publish_session)
+            .map_err(io_err("cannot create sessions in", &cfg.cachedir))?;
+        Ok(Arc::new_cyclic(|me| Master {
+            client_keys,
+            sessions,
             keys: KeyIndex::load(store),
             key,
             pub_clean,
@@ -143,8 +157,40 @@ impl Master {
             jids: Mutex::new(JidGenerator::default()),
             grains: RwLock::new(HashMap::new()),
             regex: halite_target::RegexCache::new(256),
+            acl,
+            runners: halite_runner::Registry::builtin(),
+            running_runners: AtomicUsize::new(0),
+            me: me.clone(),
             cfg,
-        })
+        }))
+    }
+
+    /// Minions connected now, as Salt's `CkMinions.connected_ids` finds them: accepted
+    /// minions one of whose `ipv4` grains is the address of a live publish-port
+    /// connection, with that address.
+    pub fn connected_minions(&self) -> Vec<(String, Option<String>)> {
+        let peers = self.transport.publish_peers();
+        if peers.is_empty() {
+            return Vec::new();
+        }
+        let ids = self.keys.accepted_ids();
+        let grains = self.grains.read().unwrap_or_else(|e| e.into_inner());
+        ids.iter()
+            .filter_map(|id| {
+                let ipv4 = grains.get(id).and_then(|g| value::get(g, "ipv4"))?;
+                let Value::Array(addrs) = ipv4 else {
+                    return None;
+                };
+                addrs
+                    .iter()
+                    .filter_map(value::str_of)
+                    .find(|a| {
+                        a.parse::<std::net::IpAddr>()
+                            .is_ok_and(|ip| peers.contains(&ip))
+                    })
+                    .map(|a| (id.clone(), Some(a.to_owned())))
+            })
+            .collect()
     }
 
     /// The configuration the master runs with.
@@ -360,7 +406,7 @@ pub async fn run(cfg: MasterConfig, shutdown: CancellationToken) -> Result<(), E
     let (transport, incoming) = ZmqServer::bind(&zcfg)?;
     let transport = Arc::new(transport);
     let local = LocalCacheWriter::new(&cfg.cachedir, hash_type);
-    let master = Arc::new(Master::new(
+    let master = Master::new(
         cfg,
         Parts {
             transport: transport.clone(),
@@ -368,7 +414,7 @@ pub async fn run(cfg: MasterConfig, shutdown: CancellationToken) -> Result<(), E
             jobs: Arc::new(JobCache { writer, local }),
             job_store,
         },
-    )?);
+    )?;
 
     // Request workers: OS threads, like Salt's MWorkers, sharing one queue.
     let incoming = Arc::new(Mutex::new(incoming));

@@ -3,4 +3,6 @@
 
 pub mod auth;
 pub mod minion;
+pub mod peer;
 pub mod publish;
+pub mod runner;

@@ -1,0 +1,11 @@
+//! The runner modules, one file per Salt module.
+
+pub(crate) mod jobs;
+pub(crate) mod manage;
+
+use crate::registry::Export;
+
+/// Every function of every module.
+pub(crate) fn exports() -> impl Iterator<Item = &'static Export> {
+    [jobs::EXPORTS, manage::EXPORTS].into_iter().flatten()
+}
