@@ -168,7 +168,7 @@ mod tests {
                 Value::from(7),
                 plain_map.clone(),
                 kw,
-                Value::from(20240101120000123456u64),
+                Value::from(12345678901234567890u64),
                 Value::from("raw=yes"),
             ],
             &["raw".to_owned()],
@@ -179,7 +179,7 @@ mod tests {
                 Value::from(1),
                 Value::from(7),
                 plain_map,
-                Value::from("20240101120000123456"),
+                Value::from("12345678901234567890"),
                 Value::Map(vec![
                     (Value::from("__kwarg__"), Value::Boolean(true)),
                     (

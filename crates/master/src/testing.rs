@@ -131,8 +131,8 @@ pub struct TestMaster {
     pub events: Arc<Events>,
     /// Its job store.
     pub store: Arc<RedbJobStore>,
-    /// The root (kept alive).
-    pub dir: tempfile::TempDir,
+    /// The root, removed when the test ends.
+    _dir: tempfile::TempDir,
 }
 
 /// One minion key for every test minion: RSA generation is the slow part.
@@ -170,7 +170,7 @@ impl TestMaster {
             wire,
             events,
             store,
-            dir,
+            _dir: dir,
         }
     }
 

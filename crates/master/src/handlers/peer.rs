@@ -705,6 +705,32 @@ mod tests {
     }
 
     #[test]
+    fn pub_ret_for_a_job_no_longer_watched_reads_the_job_store_for_its_publisher_only() {
+        use halite_jobcache::{JobStore, NewReturn};
+        let (tm, web, db) = setup(PEER);
+        let jid = "20240101000000000001";
+        let load = map([("fun", s("test.ping")), ("id", s("web1"))]);
+        tm.store.save_load(jid, &load, &["db1".into()], 1).unwrap();
+        let ret = map([("return", Value::from(true)), ("id", s("db1"))]);
+        let _ = tm
+            .store
+            .add_returns(
+                &[NewReturn {
+                    jid,
+                    minion_id: "db1",
+                    load: &ret,
+                }],
+                1,
+            )
+            .unwrap();
+        assert_eq!(
+            web.call(&tm, pub_ret(jid, Some(1.0))),
+            map([("db1", map([("ret", Value::from(true))]))])
+        );
+        assert_eq!(db.call(&tm, pub_ret(jid, Some(1.0))), Value::Map(vec![]));
+    }
+
+    #[test]
     fn minion_publish_answers_the_results_when_the_job_completes() {
         let (tm, web, db) = setup(PEER);
         let mut load = minion_pub("test.ping", "db1", vec![]);
