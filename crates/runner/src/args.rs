@@ -221,7 +221,10 @@ mod tests {
     fn unknown_keywords_are_refused_with_salts_text() {
         let err = load_args_and_kwargs(
             spec("manage.up"),
-            &[Value::from("y=2"), kw(&[("z", Value::Array(vec![Value::from(1)]))])],
+            &[
+                Value::from("y=2"),
+                kw(&[("z", Value::Array(vec![Value::from(1)]))]),
+            ],
             &[],
         )
         .expect_err("y and z are not parameters");
@@ -257,7 +260,12 @@ mod tests {
             ),
             (
                 "jobs.list_job",
-                vec![Value::from(1), Value::from(2), Value::from(3), Value::from(4)],
+                vec![
+                    Value::from(1),
+                    Value::from(2),
+                    Value::from(3),
+                    Value::from(4),
+                ],
                 vec![],
                 "list_job() takes from 1 to 3 positional arguments but 4 were given",
             ),

@@ -46,7 +46,10 @@ pub(crate) fn jid_time(jid: &str) -> Option<NaiveDateTime> {
 #[derive(Debug, Clone, PartialEq)]
 enum Token {
     /// A run of digits, with a decimal part when written `12.5` / `12,5`.
-    Number { digits: String, fraction: Option<String> },
+    Number {
+        digits: String,
+        fraction: Option<String>,
+    },
     /// A run of letters.
     Word(String),
     /// One other character (whitespace collapsed to `' '`).
@@ -72,13 +75,14 @@ fn tokenize(text: &str) -> Vec<Token> {
                 Some(',') => i - start >= 2,
                 _ => false,
             };
-            if point && chars.get(i + 1).is_some_and(char::is_ascii_digit)
-            {
+            if point && chars.get(i + 1).is_some_and(char::is_ascii_digit) {
                 let mut j = i + 1;
                 while chars.get(j).is_some_and(char::is_ascii_digit) {
                     j += 1;
                 }
-                if chars.get(j) != Some(&'.') && !(chars.get(i) == Some(&'.') && dotted_before(&tokens)) {
+                if chars.get(j) != Some(&'.')
+                    && !(chars.get(i) == Some(&'.') && dotted_before(&tokens))
+                {
                     fraction = Some(chars[i + 1..j].iter().collect());
                     i = j;
                 }
@@ -197,7 +201,11 @@ impl Ymd {
     }
 
     fn push(&mut self, value: i64, label: Option<Label>) -> Result<(), ()> {
-        let label = if value > 100 { Some(Label::Year) } else { label };
+        let label = if value > 100 {
+            Some(Label::Year)
+        } else {
+            label
+        };
         if label == Some(Label::Year) {
             self.century_specified = true;
         }
@@ -626,7 +634,9 @@ pub(crate) fn parse(text: &str, today: NaiveDate) -> Result<NaiveDateTime, Runne
     }
     let date = i32::try_from(year)
         .ok()
-        .and_then(|y| NaiveDate::from_ymd_opt(y, u32::try_from(month).ok()?, u32::try_from(day).ok()?))
+        .and_then(|y| {
+            NaiveDate::from_ymd_opt(y, u32::try_from(month).ok()?, u32::try_from(day).ok()?)
+        })
         .ok_or_else(|| invalid("year is out of range"))?;
     let part = |v: Option<i64>, max: i64, what: &str| -> Result<u32, RunnerError> {
         let v = v.unwrap_or(0);
@@ -711,7 +721,9 @@ mod tests {
         let err = |t: &str| parse(t, today()).err().map(|e| e.to_string());
         assert_eq!(
             err("next tuesday"),
-            Some(format!("{PARSER_ERROR}: Unknown string format: next tuesday"))
+            Some(format!(
+                "{PARSER_ERROR}: Unknown string format: next tuesday"
+            ))
         );
         assert_eq!(
             err(""),
@@ -727,7 +739,14 @@ mod tests {
                 "{PARSER_ERROR}: day is out of range for month: 2015-02-30"
             ))
         );
-        for bad in ["10.5", "pm", "1/2/3/4", "Monday", "2015-03-16 19:00 +12345", "2015-3-6 1:2:3,5"] {
+        for bad in [
+            "10.5",
+            "pm",
+            "1/2/3/4",
+            "Monday",
+            "2015-03-16 19:00 +12345",
+            "2015-3-6 1:2:3,5",
+        ] {
             assert!(parse(bad, today()).is_err(), "{bad}");
         }
     }
@@ -742,7 +761,12 @@ mod tests {
             jid_time("20240101120000123456_77"),
             Some(dt("2024-01-01 12:00:00.123456"))
         );
-        for bad in ["req", "2024010112000012345x", "20241301120000123456", "20240101120000123456_"] {
+        for bad in [
+            "req",
+            "2024010112000012345x",
+            "20241301120000123456",
+            "20240101120000123456_",
+        ] {
             assert_eq!(jid_time(bad), None, "{bad}");
         }
     }

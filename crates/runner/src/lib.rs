@@ -32,6 +32,8 @@
 //!   no `EndTime` (`job_cache_store_endtime`); no external job caches: the runners read
 //!   the master's own store, and naming another returner (`ext_source`,
 //!   `ext_job_cache`) fails as Salt fails for a returner it cannot load.
+//! * A runner run is stored in the host's job store only; Salt's `local_cache` tree,
+//!   which the master writes for stock tools, does not get it.
 //! * Runner modules other than `manage` and `jobs` (and their other functions) are
 //!   missing functions.
 //!
@@ -97,8 +99,12 @@ pub trait RunnerHost: Send + Sync {
     /// ones that arrived before the call): (minion id, the full return load as in
     /// `salt/job/<jid>/ret/<id>`). Never waits past the deadline; a deadline already
     /// passed answers at once.
-    fn wait_returns(&self, jid: &str, minions: &[String], deadline: Instant)
-        -> Vec<(String, Value)>;
+    fn wait_returns(
+        &self,
+        jid: &str,
+        minions: &[String],
+        deadline: Instant,
+    ) -> Vec<(String, Value)>;
     /// The master's job store (saved loads and returns).
     fn jobs(&self) -> &dyn halite_jobcache::JobStore;
     /// Accepted minion ids, sorted.

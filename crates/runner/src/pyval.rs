@@ -177,7 +177,10 @@ mod tests {
             (Value::from("y"), Value::Array(vec![Value::from(1)])),
             (Value::from("x"), Value::F64(1.0)),
         ]);
-        assert!(py_eq(&a, &b), "dicts compare as sets of pairs, True == 1 == 1.0");
+        assert!(
+            py_eq(&a, &b),
+            "dicts compare as sets of pairs, True == 1 == 1.0"
+        );
         assert!(!py_eq(&Value::from("1"), &Value::from(1)));
         assert!(!py_eq(
             &a,

@@ -88,8 +88,8 @@ impl FakeHost {
             "id: master1_master\nroot_dir: {}\n{config}",
             dir.path().display()
         );
-        let opts = MasterConfig::from_yaml_str(&text, &dir.path().join("master"))
-            .expect("test config");
+        let opts =
+            MasterConfig::from_yaml_str(&text, &dir.path().join("master")).expect("test config");
         let store = RedbJobStore::open(dir.path().join("jobs.redb")).expect("job store");
         let mut accepted: Vec<String> = minions.iter().map(|(id, _)| (*id).to_owned()).collect();
         accepted.sort();
@@ -120,7 +120,11 @@ impl FakeHost {
 
     /// The functions published, in order.
     pub fn published_funs(&self) -> Vec<String> {
-        self.state().jobs.iter().map(|j| j.job.fun.clone()).collect()
+        self.state()
+            .jobs
+            .iter()
+            .map(|j| j.job.fun.clone())
+            .collect()
     }
 
     /// The `n`th published job.
@@ -233,9 +237,11 @@ impl RunnerHost for FakeHost {
             .map(|m| self.answer(&state, job, m).map(|(at, _)| at))
             .collect();
         let end = match awaited {
-            Some(times) if times.iter().all(|t| *t <= horizon) => {
-                times.into_iter().max().unwrap_or(state.clock).max(state.clock)
-            }
+            Some(times) if times.iter().all(|t| *t <= horizon) => times
+                .into_iter()
+                .max()
+                .unwrap_or(state.clock)
+                .max(state.clock),
             _ => horizon,
         };
         let mut got: Vec<(Duration, String, Value)> = job

@@ -98,19 +98,17 @@ fn runners_read_only_parameters_they_have() {
 #[test]
 fn docs_select_like_salt_run_d() {
     let reg = Registry::builtin();
-    let names = |p: Option<&str>| -> Vec<String> {
-        reg.doc(p).into_iter().map(|(n, _)| n).collect()
-    };
+    let names =
+        |p: Option<&str>| -> Vec<String> { reg.doc(p).into_iter().map(|(n, _)| n).collect() };
     assert_eq!(names(None).len(), 23);
     assert_eq!(names(Some("")).len(), 23);
     assert_eq!(names(Some("manage")).len(), 15);
     assert_eq!(names(Some("manage.")).len(), 15);
     assert_eq!(names(Some("manage.up")), ["manage.up"]);
-    assert_eq!(names(Some("jobs.list_job*")), [
-        "jobs.list_job",
-        "jobs.list_jobs",
-        "jobs.list_jobs_filter"
-    ]);
+    assert_eq!(
+        names(Some("jobs.list_job*")),
+        ["jobs.list_job", "jobs.list_jobs", "jobs.list_jobs_filter"]
+    );
     assert!(names(Some("man")).is_empty());
     let doc = &reg.doc(Some("manage.up"))[0].1;
     assert!(doc.contains("Changed in version 2017.7.0"), "{doc}");
@@ -241,9 +239,11 @@ fn exceptions_become_tracebacks_with_retcode_1() {
     let out = run(&host, "manage.up", vec![s("gather_job_timeout=abc")]);
     assert_eq!(
         out.ret,
-        s("Exception occurred in runner manage.up: Traceback (most recent call last):\n  \
+        s(
+            "Exception occurred in runner manage.up: Traceback (most recent call last):\n  \
            File \"halite-runner\", in up\nValueError: invalid literal for int() with base 10: \
-           'abc'\n")
+           'abc'\n"
+        )
     );
     assert!(!out.success);
     assert_eq!(out.retcode, Some(1));
@@ -313,7 +313,9 @@ fn runner_runs_are_stored_as_jobs_of_the_master() {
         ])
     );
     let looked = ret(&host, "jobs.lookup_jid", vec![s(RUN_JID)]);
-    let data = get(&looked, "master1_master").cloned().expect("master return");
+    let data = get(&looked, "master1_master")
+        .cloned()
+        .expect("master return");
     assert_eq!(get(&data, "return"), Some(&list(&["a"])));
     assert_eq!(get(&data, "fun"), Some(&s("runner.manage.up")));
 
@@ -328,7 +330,11 @@ fn runner_runs_are_stored_as_jobs_of_the_master() {
 fn manage_up_returns_as_soon_as_every_minion_answered() {
     let host = FakeHost::new(&[("b", Minion::up_after(0)), ("a", Minion::up_after(0))]);
     let started = Instant::now();
-    let up = ret(&host, "manage.up", vec![s("timeout=3600"), s("gather_job_timeout=3600")]);
+    let up = ret(
+        &host,
+        "manage.up",
+        vec![s("timeout=3600"), s("gather_job_timeout=3600")],
+    );
     assert_eq!(up, list(&["a", "b"]));
     assert_eq!(host.elapsed(), Duration::ZERO);
     assert!(started.elapsed() < Duration::from_secs(5));
@@ -367,7 +373,10 @@ fn manage_timeouts_follow_salts_defaults_and_conversions() {
         assert_eq!(down, list(&["dead"]), "{args:?}");
         assert_eq!(host.elapsed(), Duration::from_secs(elapsed), "{args:?}");
     }
-    let host = FakeHost::with_config(&[("dead", Minion::Down)], "timeout: 1\ngather_job_timeout: 2\n");
+    let host = FakeHost::with_config(
+        &[("dead", Minion::Down)],
+        "timeout: 1\ngather_job_timeout: 2\n",
+    );
     ret(&host, "manage.down", vec![]);
     assert_eq!(host.elapsed(), Duration::from_secs(3));
 }
@@ -486,11 +495,19 @@ fn presence_subsets_follow_salt() {
     );
     // An empty subset means everyone for the connected list, no one for the others.
     assert_eq!(
-        ret(&host, "manage.present", vec![kwargs(&[("subset", list(&[]))])]),
+        ret(
+            &host,
+            "manage.present",
+            vec![kwargs(&[("subset", list(&[]))])]
+        ),
         list(&["a", "c", "ghost"])
     );
     assert_eq!(
-        ret(&host, "manage.not_present", vec![kwargs(&[("subset", list(&[]))])]),
+        ret(
+            &host,
+            "manage.not_present",
+            vec![kwargs(&[("subset", list(&[]))])]
+        ),
         list(&[])
     );
     assert_eq!(
@@ -525,7 +542,11 @@ fn ret_load(jid: &str, id: &str, fun: &str, ret: Value, out: Option<&str>) -> Va
 /// web1 (a highstate return), J3 a `find_job` probe, J4 a multi-function job.
 fn jobs_host(state_result: bool) -> FakeHost {
     let host = FakeHost::with_config(
-        &[("a", Minion::Down), ("b", Minion::Down), ("web1", Minion::Down)],
+        &[
+            ("a", Minion::Down),
+            ("b", Minion::Down),
+            ("web1", Minion::Down),
+        ],
         "runner_returns: false\n",
     );
     let store = host.jobs();
@@ -578,7 +599,10 @@ fn jobs_host(state_result: bool) -> FakeHost {
         J4,
         map([
             ("fun", list(&["test.ping", "test.echo"])),
-            ("arg", Value::Array(vec![Value::Array(vec![]), list(&["hi"])])),
+            (
+                "arg",
+                Value::Array(vec![Value::Array(vec![]), list(&["hi"])]),
+            ),
             ("tgt", s("a")),
             ("tgt_type", s("glob")),
             ("jid", s(J4)),
@@ -608,7 +632,7 @@ fn keys(v: &Value) -> Vec<String> {
         Value::Map(entries) => entries
             .iter()
             .map(|(k, _)| k.as_str().unwrap_or_default().to_owned())
-                .collect(),
+            .collect(),
         _ => panic!("not a map: {v:?}"),
     }
 }
@@ -650,14 +674,14 @@ fn list_jobs_filters_combine() {
         find(vec![s("search_function=state.apply, test.ping")]),
         [J1, J2, J4]
     );
-    assert_eq!(
-        find(vec![s("search_function=[saltutil.*]")]),
-        [J3]
-    );
+    assert_eq!(find(vec![s("search_function=[saltutil.*]")]), [J3]);
     assert_eq!(find(vec![s("search_target=web*")]), [J2]);
     assert_eq!(find(vec![s("search_target=a")]), [J3, J4]);
     assert_eq!(find(vec![s("search_metadata={team: x, other: y}")]), [J2]);
-    assert_eq!(find(vec![s("search_metadata={team: z}")]), Vec::<String>::new());
+    assert_eq!(
+        find(vec![s("search_metadata={team: z}")]),
+        Vec::<String>::new()
+    );
     // A non-dict search_metadata matches nothing.
     assert_eq!(find(vec![s("search_metadata=team")]), Vec::<String>::new());
     assert_eq!(find(vec![s("start_time=2024-01-02")]), [J2, J3, J4]);
@@ -679,9 +703,11 @@ fn list_jobs_filters_combine() {
 fn list_jobs_time_filter_errors_are_salts() {
     let host = jobs_host(true);
     let out = run(&host, "jobs.list_jobs", vec![s("start_time=whenever")]);
-    assert!(out.ret.as_str().unwrap_or_default().ends_with(
-        "\ndateutil.parser._parser.ParserError: Unknown string format: whenever\n"
-    ));
+    assert!(out
+        .ret
+        .as_str()
+        .unwrap_or_default()
+        .ends_with("\ndateutil.parser._parser.ParserError: Unknown string format: whenever\n"));
     let out = run(&host, "jobs.list_jobs", vec![s("start_time=2015")]);
     assert_eq!(
         out.ret.as_str().unwrap_or_default().lines().nth(1),
@@ -718,7 +744,10 @@ fn list_job_and_print_job_show_load_minions_and_results() {
         ret(&host, "jobs.list_job", vec![s("20990101000000000000")]),
         map([
             ("jid", s("20990101000000000000")),
-            ("Error", s("Cannot contact returner or no job with this jid")),
+            (
+                "Error",
+                s("Cannot contact returner or no job with this jid")
+            ),
             ("StartTime", s("2099, Jan 01 00:00:00.000000")),
             ("Result", Value::Map(vec![])),
         ])
@@ -734,10 +763,17 @@ fn lookup_jid_gives_returns_missing_minions_and_the_outputter() {
     );
     assert_eq!(
         ret(&host, "jobs.lookup_jid", vec![s(J1), s("missing=True")]),
-        map([("a", Value::Boolean(true)), ("b", s("Minion did not return"))])
+        map([
+            ("a", Value::Boolean(true)),
+            ("b", s("Minion did not return"))
+        ])
     );
     assert_eq!(
-        ret(&host, "jobs.lookup_jid", vec![s(J1), s("returned=False"), s("missing=True")]),
+        ret(
+            &host,
+            "jobs.lookup_jid",
+            vec![s(J1), s("returned=False"), s("missing=True")]
+        ),
         map([("b", s("Minion did not return"))])
     );
     let out = run(&host, "jobs.lookup_jid", vec![s(J2)]);
@@ -800,12 +836,20 @@ fn list_jobs_filter_keeps_the_newest_jobs() {
         match v {
             Value::Array(items) => items
                 .iter()
-                .map(|i| get(i, "JID").and_then(Value::as_str).unwrap_or("").to_owned())
+                .map(|i| {
+                    get(i, "JID")
+                        .and_then(Value::as_str)
+                        .unwrap_or("")
+                        .to_owned()
+                })
                 .collect(),
             other => panic!("not a list: {other:?}"),
         }
     };
-    assert_eq!(jids(ret(&host, "jobs.list_jobs_filter", vec![Value::from(2)])), [J2, J4]);
+    assert_eq!(
+        jids(ret(&host, "jobs.list_jobs_filter", vec![Value::from(2)])),
+        [J2, J4]
+    );
     assert_eq!(
         jids(ret(
             &host,
@@ -814,8 +858,14 @@ fn list_jobs_filter_keeps_the_newest_jobs() {
         )),
         [J3, J4]
     );
-    assert_eq!(jids(ret(&host, "jobs.list_jobs_filter", vec![Value::from(0)])), Vec::<String>::new());
-    assert_eq!(jids(ret(&host, "jobs.list_jobs_filter", vec![Value::F64(2.7)])), [J2, J4]);
+    assert_eq!(
+        jids(ret(&host, "jobs.list_jobs_filter", vec![Value::from(0)])),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        jids(ret(&host, "jobs.list_jobs_filter", vec![Value::F64(2.7)])),
+        [J2, J4]
+    );
     assert_eq!(
         jids(ret(&host, "jobs.list_jobs_filter", vec![Value::from(100)])),
         [J1, J2, J4]
@@ -828,7 +878,10 @@ fn list_jobs_filter_keeps_the_newest_jobs() {
         items[0],
         map([
             ("Function", list(&["test.ping", "test.echo"])),
-            ("Arguments", Value::Array(vec![Value::Array(vec![]), list(&["hi"])])),
+            (
+                "Arguments",
+                Value::Array(vec![Value::Array(vec![]), list(&["hi"])])
+            ),
             ("Target", s("a")),
             ("Target-type", s("glob")),
             ("User", s("root")),
@@ -857,7 +910,11 @@ fn other_returners_fail_as_salt_fails_to_load_them() {
             .to_owned()
     };
     assert_eq!(
-        last_line(run(&host, "jobs.list_job", vec![s(J1), s("ext_source=mysql")])),
+        last_line(run(
+            &host,
+            "jobs.list_job",
+            vec![s(J1), s("ext_source=mysql")]
+        )),
         "KeyError: 'mysql.get_load'"
     );
     assert_eq!(
@@ -873,7 +930,11 @@ fn other_returners_fail_as_salt_fails_to_load_them() {
         "NotImplementedError: 'mysql.get_jids_filter' returner function not implemented yet."
     );
     assert_eq!(
-        ret(&host, "jobs.list_job", vec![s(J1), s("ext_source=local_cache")]),
+        ret(
+            &host,
+            "jobs.list_job",
+            vec![s(J1), s("ext_source=local_cache")]
+        ),
         ret(&host, "jobs.list_job", vec![s(J1)])
     );
 }
@@ -881,7 +942,11 @@ fn other_returners_fail_as_salt_fails_to_load_them() {
 #[test]
 fn progress_events_are_fired_when_asked() {
     let host = jobs_host(true);
-    ret(&host, "jobs.lookup_jid", vec![s(J1), s("display_progress=True")]);
+    ret(
+        &host,
+        "jobs.lookup_jid",
+        vec![s(J1), s("display_progress=True")],
+    );
     let progress: Vec<Value> = host
         .events()
         .into_iter()

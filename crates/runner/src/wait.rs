@@ -211,10 +211,7 @@ mod tests {
 
     #[test]
     fn all_answers_end_the_wait_at_the_last_answer() {
-        let host = FakeHost::new(&[
-            ("a", Minion::up_after(0)),
-            ("b", Minion::up_after(2)),
-        ]);
+        let host = FakeHost::new(&[("a", Minion::up_after(0)), ("b", Minion::up_after(2))]);
         let long = Timeouts {
             timeout: 3600,
             gather_job_timeout: 3600,
@@ -298,7 +295,10 @@ mod tests {
         assert!(still_running(&load(job.clone(), 0)));
         assert!(!still_running(&load(job, 1)), "a failed find_job");
         assert!(!still_running(&load(Value::Map(vec![]), 0)));
-        assert!(!still_running(&load(Value::from("'saltutil.find_job' is not available."), 0)));
+        assert!(!still_running(&load(
+            Value::from("'saltutil.find_job' is not available."),
+            0
+        )));
         assert!(!still_running(&load(
             Value::Map(vec![(Value::from("return"), Value::Map(vec![]))]),
             0

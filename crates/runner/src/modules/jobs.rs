@@ -28,8 +28,8 @@ use rmpv::Value;
 use crate::dates;
 use crate::error::RunnerError;
 use crate::pyval::{
-    dict_set, get, has_key, lookup, map, py_eq, py_repr, py_str, py_type_name, split_input,
-    text, truthy,
+    dict_set, get, has_key, lookup, map, py_eq, py_repr, py_str, py_type_name, split_input, text,
+    truthy,
 };
 use crate::registry::{Export, Invocation};
 use crate::wait::{publish_and_gather, Timeouts};
@@ -281,9 +281,7 @@ struct Filters<'a> {
 /// `dateutil.parser.parse(value)` for a time filter.
 fn filter_time(value: &Value) -> Result<NaiveDateTime, RunnerError> {
     match text(value) {
-        Some(t) if matches!(value, Value::String(_)) => {
-            dates::parse(&t, Utc::now().date_naive())
-        }
+        Some(t) if matches!(value, Value::String(_)) => dates::parse(&t, Utc::now().date_naive()),
         _ => Err(RunnerError::TypeError(format!(
             "Parser must be a string or character stream, not {}",
             py_type_name(value)
@@ -473,9 +471,7 @@ fn list_jobs_filter(inv: &Invocation<'_>) -> Result<Value, RunnerError> {
         .list_jobs()
         .map_err(cache_error)?
         .into_iter()
-        .filter(|job| {
-            !(skip_find_job && py_eq(&job.function, &Value::from("saltutil.find_job")))
-        })
+        .filter(|job| !(skip_find_job && py_eq(&job.function, &Value::from("saltutil.find_job"))))
         .collect();
     let keep = if jobs.is_empty() {
         Some(0)
@@ -523,7 +519,10 @@ fn active(inv: &Invocation<'_>) -> Result<Value, RunnerError> {
     let mut replies: Vec<(String, Option<Value>)> = Vec::new();
     if let Some(gathered) = &gathered {
         for (id, load) in &gathered.returns {
-            replies.push((id.clone(), Some(get(load, "return").cloned().unwrap_or(Value::Nil))));
+            replies.push((
+                id.clone(),
+                Some(get(load, "return").cloned().unwrap_or(Value::Nil)),
+            ));
         }
         for id in gathered.expected.iter().filter(|id| !gathered.returned(id)) {
             replies.push((id.clone(), None));
@@ -531,7 +530,10 @@ fn active(inv: &Invocation<'_>) -> Result<Value, RunnerError> {
     }
     let display_progress = truthy(inv.arg("display_progress"));
     if display_progress {
-        let names: Vec<Value> = replies.iter().map(|(id, _)| Value::from(id.as_str())).collect();
+        let names: Vec<Value> = replies
+            .iter()
+            .map(|(id, _)| Value::from(id.as_str()))
+            .collect();
         inv.progress(format!(
             "Attempting to contact minions: {}",
             py_repr(&Value::Array(names))
@@ -549,7 +551,10 @@ fn active(inv: &Invocation<'_>) -> Result<Value, RunnerError> {
             let Some(jid) = get(job, "jid") else {
                 continue;
             };
-            let running = map([(minion.as_str(), get(job, "pid").cloned().unwrap_or(Value::Nil))]);
+            let running = map([(
+                minion.as_str(),
+                get(job, "pid").cloned().unwrap_or(Value::Nil),
+            )]);
             match ret.iter_mut().find(|(k, _)| py_eq(k, jid)) {
                 Some((_, Value::Map(entry))) => {
                     if let Some((_, Value::Array(list))) = entry

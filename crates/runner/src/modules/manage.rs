@@ -41,8 +41,7 @@ pub(crate) const EXPORTS: &[Export] = &[
 /// one, else the master's `timeout`.
 fn client_timeout(v: &Value, default: u64) -> u64 {
     let int = match v {
-        Value::Integer(_) | Value::Boolean(_) => py_int(v).ok(),
-        Value::String(_) => py_int(v).ok(),
+        Value::Integer(_) | Value::Boolean(_) | Value::String(_) => py_int(v).ok(),
         _ => None,
     };
     match int {
