@@ -1,6 +1,6 @@
 //! Execution modules: the functions a minion runs for a job (`test.*`, `cmd.*`,
-//! `event.*`, `grains.*`, `sys.*`, `saltutil.*`, `status.*`), bound and reported as Salt 3008.3's
-//! minion does it.
+//! `event.*`, `grains.*`, `publish.*`, `sys.*`, `saltutil.*`, `status.*`), bound and reported
+//! as Salt 3008.3's minion does it.
 //!
 //! # What it does
 //!
@@ -25,8 +25,8 @@
 //! * No transport, job threads, proc files or returners: the minion daemon runs
 //!   [`Registry::execute`] on a thread per job, keeps the job table behind
 //!   [`JobTable`] and sends the return. `event.*` write to the running minion's bus
-//!   socket, and reach the master only through the [`MasterChannel`] the caller lends
-//!   ([`Context::master`]).
+//!   socket; they and `publish.*` reach the master only through the [`MasterChannel`]
+//!   the caller lends ([`Context::master`]).
 //! * Only the functions listed by [`Registry::names`]; modules Salt loads that Halite
 //!   lacks (`state`, `pkg`, `file`, ...) are missing functions.
 //! * No Jinja templating (`cmd.run template=jinja` is refused), no `use_vt`, no
@@ -49,6 +49,8 @@
 //!   killed job process returns nothing.
 //! * `cmd.*`: see the `cmd` module (`runas` environment, process groups, no templates).
 //! * Grains: see [`core_grains`] (interfaces from `getifaddrs`, no Python grains).
+//! * `publish.*`: see the `publish` module (`via_master` against the one master, a
+//!   `pub_ret` the master may hold: Halite's `wait` field).
 //!
 //! # Invariants
 //!
@@ -132,7 +134,44 @@ pub trait MasterChannel: Send + Sync {
     /// Sends `load` as one encrypted request and returns the master's reply, or why no
     /// usable reply came.
     fn request(&self, load: Value) -> Result<Value, String>;
+
+    /// Sends `load` as one encrypted request on a connection of its own, so that a reply
+    /// the master holds back (`pub_ret` with Halite's `wait`) or computes slowly
+    /// (`minion_runner`) does not delay the other requests of the process, such as the
+    /// return of the very job being waited for. Each try waits the channel's usual
+    /// timeout plus `hold`, the time the master may keep the reply; `abort` is polled
+    /// while waiting and abandons the request when it returns true.
+    ///
+    /// Fails with the exception Salt's `ReqChannel.send` raises: kind
+    /// [`SALT_REQ_TIMEOUT_ERROR`] when no reply came in time.
+    ///
+    /// The default sends `load` with [`MasterChannel::request`]: on the shared
+    /// connection, within that method's own timeout, and every failure is a
+    /// `SaltClientError`.
+    fn request_apart(
+        &self,
+        load: Value,
+        hold: std::time::Duration,
+        abort: &dyn Fn() -> bool,
+    ) -> Result<Value, ExecError> {
+        let _ = (hold, abort);
+        self.request(load).map_err(|message| ExecError::Exception {
+            kind: "salt.exceptions.SaltClientError",
+            message,
+        })
+    }
+
+    /// The master's request URI (`tcp://<ip>:<port>`, Salt's `__opts__["master_uri"]`),
+    /// when the channel knows it.
+    fn master_uri(&self) -> Option<String> {
+        None
+    }
 }
+
+/// The exception class of a request the master did not answer in time (Salt's
+/// `SaltReqTimeoutError`), as [`MasterChannel::request_apart`] reports it in
+/// [`ExecError::Exception`].
+pub const SALT_REQ_TIMEOUT_ERROR: &str = "salt.exceptions.SaltReqTimeoutError";
 
 impl std::fmt::Debug for Context {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

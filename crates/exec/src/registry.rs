@@ -117,8 +117,8 @@ enum Outcome {
 }
 
 impl Registry {
-    /// Every module Halite ships: `test`, `cmd`, `event`, `grains`, `sys`, `saltutil`,
-    /// `status`.
+    /// Every module Halite ships: `test`, `cmd`, `event`, `grains`, `publish`, `sys`,
+    /// `saltutil`, `status`.
     pub fn builtin() -> Registry {
         let mut entries = BTreeMap::new();
         for &(name, handler, outputter) in modules::exports() {

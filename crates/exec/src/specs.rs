@@ -1939,6 +1939,143 @@ pub(crate) static SPECS: &[FunSpec] = &[
     "#),
     },
     FunSpec {
+        name: "publish.full_data",
+        pyname: "full_data",
+        params: &[
+            Param { name: "tgt", default: None },
+            Param { name: "fun", default: None },
+            Param { name: "arg", default: Some(ParamDefault::None) },
+            Param { name: "tgt_type", default: Some(ParamDefault::Str(r#"glob"#)) },
+            Param { name: "returner", default: Some(ParamDefault::Str(r#""#)) },
+            Param { name: "timeout", default: Some(ParamDefault::Int(5)) },
+        ],
+        varargs: false,
+        kwargs: false,
+        doc: Some(r#"
+    Return the full data about the publication, this is invoked in the same
+    way as the publish function
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        salt system.example.com publish.full_data '*' cmd.run 'ls -la /tmp'
+
+    .. admonition:: Attention
+
+        If you need to pass a value to a function argument and that value
+        contains an equal sign, you **must** include the argument name.
+        For example:
+
+        .. code-block:: bash
+
+            salt '*' publish.full_data test.kwarg arg='cheese=spam'
+
+    "#),
+    },
+    FunSpec {
+        name: "publish.publish",
+        pyname: "publish",
+        params: &[
+            Param { name: "tgt", default: None },
+            Param { name: "fun", default: None },
+            Param { name: "arg", default: Some(ParamDefault::None) },
+            Param { name: "tgt_type", default: Some(ParamDefault::Str(r#"glob"#)) },
+            Param { name: "returner", default: Some(ParamDefault::Str(r#""#)) },
+            Param { name: "timeout", default: Some(ParamDefault::Int(5)) },
+            Param { name: "via_master", default: Some(ParamDefault::None) },
+        ],
+        varargs: false,
+        kwargs: false,
+        doc: Some(r#"
+    Publish a command from the minion out to other minions.
+
+    Publications need to be enabled on the Salt master and the minion
+    needs to have permission to publish the command. The Salt master
+    will also prevent a recursive publication loop, this means that a
+    minion cannot command another minion to command another minion as
+    that would create an infinite command loop.
+
+    The ``tgt_type`` argument is used to pass a target other than a glob into
+    the execution, the available options are:
+
+    - glob
+    - pcre
+    - grain
+    - grain_pcre
+    - pillar
+    - pillar_pcre
+    - ipcidr
+    - range
+    - compound
+
+    .. versionchanged:: 2017.7.0
+        The ``expr_form`` argument has been renamed to ``tgt_type``, earlier
+        releases must use ``expr_form``.
+
+    Note that for pillar matches must be exact, both in the pillar matcher
+    and the compound matcher. No globbing is supported.
+
+    The arguments sent to the minion publish function are separated with
+    commas. This means that for a minion executing a command with multiple
+    args it will look like this:
+
+    .. code-block:: bash
+
+        salt system.example.com publish.publish '*' user.add 'foo,1020,1020'
+        salt system.example.com publish.publish 'os:Fedora' network.interfaces '' grain
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        salt system.example.com publish.publish '*' cmd.run 'ls -la /tmp'
+
+
+    .. admonition:: Attention
+
+        If you need to pass a value to a function argument and that value
+        contains an equal sign, you **must** include the argument name.
+        For example:
+
+        .. code-block:: bash
+
+            salt '*' publish.publish test.kwarg arg='cheese=spam'
+
+        Multiple keyword arguments should be passed as a list.
+
+        .. code-block:: bash
+
+            salt '*' publish.publish test.kwarg arg="['cheese=spam','spam=cheese']"
+
+
+    When running via salt-call, the `via_master` flag may be set to specific which
+    master the publication should be sent to. Only one master may be specified. If
+    unset, the publication will be sent only to the first master in minion configuration.
+    "#),
+    },
+    FunSpec {
+        name: "publish.runner",
+        pyname: "runner",
+        params: &[
+            Param { name: "fun", default: None },
+            Param { name: "arg", default: Some(ParamDefault::None) },
+            Param { name: "timeout", default: Some(ParamDefault::Int(5)) },
+        ],
+        varargs: false,
+        kwargs: false,
+        doc: Some(r#"
+    Execute a runner on the master and return the data from the runner
+    function
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        salt publish.runner manage.down
+    "#),
+    },
+    FunSpec {
         name: "saltutil.find_job",
         pyname: "find_job",
         params: &[

@@ -642,6 +642,7 @@ fn implemented_functions_are_stock_functions() {
             "cmd",
             "event",
             "grains",
+            "publish",
             "sys",
             "saltutil",
             "status",

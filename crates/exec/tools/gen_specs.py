@@ -28,6 +28,7 @@ MODULES = {
         "salt.modules.grains",
         "equals fetch filter_by get has_value item items ls",
     ),
+    "publish": ("salt.modules.publish", "full_data publish runner"),
     "saltutil": (
         "salt.modules.saltutil",
         "find_job is_running kill_all_jobs kill_job running signal_job term_all_jobs term_job",

@@ -3,7 +3,10 @@
 //! retry when the master does not accept the session (`"bad load"`, a restarted master).
 //!
 //! One REQ socket serves the whole process; requests from concurrent job threads take
-//! turns on it, as Salt serialises them on its channel lock.
+//! turns on it, as Salt serialises them on its channel lock. A request that may take long
+//! (a `pub_ret` the master holds, a runner it runs) goes apart instead
+//! ([`Channel::send_apart`]): on a REQ socket of its own, with the same session, so it
+//! holds up nothing else. Those sockets are kept for reuse, at most [`SPARE_SOCKETS`] idle.
 
 use crate::auth::{Auth, Session};
 use crate::transport::ReqSocket;
@@ -12,8 +15,11 @@ use halite_proto::crypticle::{Crypticle, PICKLE_PREFIX};
 use halite_proto::minion::{self as proto, PrivateReplyKeys, ReplyError, Requester};
 use halite_proto::value::{bin, s};
 use halite_proto::{value, Value};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
+
+/// How many idle sockets of [`Channel::send_apart`] are kept for the next request.
+pub const SPARE_SOCKETS: usize = 2;
 
 /// A request load encoded ahead of time: the entries of a msgpack map, `id` among them,
 /// and none of `nonce`, `ts` and `tok` (each attempt adds those). A sender of many small
@@ -63,17 +69,33 @@ fn encoded_request(
     ]))
 }
 
+/// Sockets for requests sent apart: the idle ones, and a model for new ones.
+struct Spares {
+    model: ReqSocket,
+    idle: Vec<ReqSocket>,
+}
+
 /// Sends encrypted requests to the master.
 pub struct Channel {
     auth: Arc<Auth>,
     req: Mutex<ReqSocket>,
+    spares: Mutex<Spares>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl Channel {
-    /// A channel on `req` (usually a fresh [`ReqSocket`] for the master's request port).
+    /// A channel on `req` (usually a fresh [`ReqSocket`] for the master's request port);
+    /// requests sent apart use new sockets to the same address.
     pub fn new(auth: Arc<Auth>, req: ReqSocket) -> Channel {
         Channel {
             auth,
+            spares: Mutex::new(Spares {
+                model: req.sibling(),
+                idle: Vec::new(),
+            }),
             req: Mutex::new(req),
         }
     }
@@ -98,7 +120,7 @@ impl Channel {
         tries: u32,
         abort: &dyn Fn() -> bool,
     ) -> Result<Value, Error> {
-        self.send_load(Load::Value(load), timeout, tries, abort)
+        self.send_load(&self.req, Load::Value(load), timeout, tries, abort)
     }
 
     /// [`send_until`](Self::send_until) for a load encoded ahead of time.
@@ -109,11 +131,40 @@ impl Channel {
         tries: u32,
         abort: &dyn Fn() -> bool,
     ) -> Result<Value, Error> {
-        self.send_load(Load::Encoded(load), timeout, tries, abort)
+        self.send_load(&self.req, Load::Encoded(load), timeout, tries, abort)
+    }
+
+    /// [`send_until`](Self::send_until) on a socket of its own instead of the shared one,
+    /// so that however long the master takes to reply, the process's other requests do
+    /// not wait behind this one.
+    pub fn send_apart(
+        &self,
+        load: &Value,
+        timeout: Duration,
+        tries: u32,
+        abort: &dyn Fn() -> bool,
+    ) -> Result<Value, Error> {
+        let sock = {
+            let mut spares = lock(&self.spares);
+            match spares.idle.pop() {
+                Some(sock) => sock,
+                None => spares.model.sibling(),
+            }
+        };
+        let req = Mutex::new(sock);
+        let result = self.send_load(&req, Load::Value(load), timeout, tries, abort);
+        let mut spares = lock(&self.spares);
+        if spares.idle.len() < SPARE_SOCKETS {
+            spares
+                .idle
+                .push(req.into_inner().unwrap_or_else(|e| e.into_inner()));
+        }
+        result
     }
 
     fn send_load(
         &self,
+        req: &Mutex<ReqSocket>,
         load: Load<'_>,
         timeout: Duration,
         tries: u32,
@@ -121,7 +172,7 @@ impl Channel {
     ) -> Result<Value, Error> {
         let mut attempt = 1;
         loop {
-            match self.crypted_transfer(load, timeout, abort) {
+            match self.crypted_transfer(req, load, timeout, abort) {
                 Ok(v) => return Ok(v),
                 Err(e @ (Error::Stopped | Error::Rejected | Error::Interrupted)) => return Err(e),
                 Err(e) if attempt >= tries => return Err(e),
@@ -137,16 +188,17 @@ impl Channel {
     /// reply does not authenticate.
     fn crypted_transfer(
         &self,
+        req: &Mutex<ReqSocket>,
         load: Load<'_>,
         timeout: Duration,
         abort: &dyn Fn() -> bool,
     ) -> Result<Value, Error> {
         let session = self.auth.session()?;
-        match self.transfer(&session, load, timeout, abort) {
+        match self.transfer(req, &session, load, timeout, abort) {
             Err(Error::Reply(ReplyError::Reauth(why))) => {
                 tracing::debug!("Re-authenticating: {why}");
                 let session = self.auth.reauthenticate(session.generation)?;
-                self.transfer(&session, load, timeout, abort)
+                self.transfer(req, &session, load, timeout, abort)
             }
             other => other,
         }
@@ -161,9 +213,10 @@ impl Channel {
         }
     }
 
-    /// Encrypts and sends one request; returns the undecoded reply and the nonce.
+    /// Encrypts and sends one request on `req`; returns the undecoded reply and the nonce.
     fn exchange(
         &self,
+        req: &Mutex<ReqSocket>,
         session: &Session,
         load: Load<'_>,
         timeout: Duration,
@@ -178,23 +231,20 @@ impl Channel {
             Load::Encoded(e) => encoded_request(&session.session, &who, e, &nonce, ts),
         }
         .map_err(|e| Error::Reply(ReplyError::Invalid(e)))?;
-        let reply = self
-            .req
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .request_until(&value::encode(&body), timeout, abort)?;
+        let reply = lock(req).request_until(&value::encode(&body), timeout, abort)?;
         let reply = value::decode(&reply).map_err(|e| Error::Reply(ReplyError::Invalid(e)))?;
         Ok((reply, nonce))
     }
 
     fn transfer(
         &self,
+        req: &Mutex<ReqSocket>,
         session: &Session,
         load: Load<'_>,
         timeout: Duration,
         abort: &dyn Fn() -> bool,
     ) -> Result<Value, Error> {
-        let (reply, nonce) = self.exchange(session, load, timeout, abort)?;
+        let (reply, nonce) = self.exchange(req, session, load, timeout, abort)?;
         proto::open_reply(&session.session, &reply, &nonce).map_err(Error::Reply)
     }
 
@@ -206,7 +256,7 @@ impl Channel {
         loop {
             let mut attempt = 1;
             let (reply, nonce) = loop {
-                match self.exchange(&session, Load::Value(load), timeout, &|| false) {
+                match self.exchange(&self.req, &session, Load::Value(load), timeout, &|| false) {
                     Ok(r) => break r,
                     Err(e @ (Error::Stopped | Error::Rejected)) => return Err(e),
                     Err(e) if attempt >= tries => return Err(e),
@@ -242,6 +292,39 @@ impl halite_exec::MasterChannel for Channel {
         let settings = self.auth.settings();
         self.send(&load, settings.request_timeout, settings.request_tries)
             .map_err(|e| e.to_string())
+    }
+
+    /// [`Channel::send_apart`] with `request_channel_tries` tries of
+    /// `request_channel_timeout` plus `hold` each.
+    fn request_apart(
+        &self,
+        load: Value,
+        hold: Duration,
+        abort: &dyn Fn() -> bool,
+    ) -> Result<Value, halite_exec::ExecError> {
+        let settings = self.auth.settings();
+        let timeout = settings.request_timeout.saturating_add(hold);
+        self.send_apart(&load, timeout, settings.request_tries, abort)
+            .map_err(exec_error)
+    }
+
+    fn master_uri(&self) -> Option<String> {
+        Some(self.auth.master_uri().to_owned())
+    }
+}
+
+/// A failed request as the exception Salt's `ReqChannel.send` raises: a timeout is
+/// `SaltReqTimeoutError("Message timed out")`, anything else a `SaltClientError`.
+fn exec_error(e: Error) -> halite_exec::ExecError {
+    match e {
+        Error::Timeout(_) => halite_exec::ExecError::Exception {
+            kind: halite_exec::SALT_REQ_TIMEOUT_ERROR,
+            message: "Message timed out".to_owned(),
+        },
+        other => halite_exec::ExecError::Exception {
+            kind: "salt.exceptions.SaltClientError",
+            message: other.to_string(),
+        },
     }
 }
 

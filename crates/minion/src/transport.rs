@@ -145,6 +145,17 @@ impl ReqSocket {
         }
     }
 
+    /// A new socket to the same address with the same options, not connected yet.
+    pub fn sibling(&self) -> ReqSocket {
+        ReqSocket {
+            ctx: self.ctx.clone(),
+            uri: self.uri.clone(),
+            ipv6: self.ipv6,
+            keepalive: self.keepalive.clone(),
+            sock: None,
+        }
+    }
+
     fn open(&self) -> Result<zmq::Socket, Error> {
         let sock = self.ctx.socket(zmq::REQ).map_err(zerr("create REQ"))?;
         sock.set_linger(0).map_err(zerr("linger"))?;

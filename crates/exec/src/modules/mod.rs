@@ -3,6 +3,7 @@
 pub(crate) mod cmd;
 pub(crate) mod event;
 pub(crate) mod grains;
+pub(crate) mod publish;
 pub(crate) mod saltutil;
 pub(crate) mod status;
 pub(crate) mod sys;
@@ -21,6 +22,7 @@ pub(crate) fn exports() -> impl Iterator<Item = &'static Export> {
         cmd::EXPORTS,
         event::EXPORTS,
         grains::EXPORTS,
+        publish::EXPORTS,
         saltutil::EXPORTS,
         status::EXPORTS,
         sys::EXPORTS,
