@@ -93,14 +93,7 @@ impl Master {
             );
             return None;
         }
-        let no_parse: Vec<String> = match value::get(load, "no_parse") {
-            Some(Value::Array(a)) => a
-                .iter()
-                .filter_map(value::str_of)
-                .map(str::to_owned)
-                .collect(),
-            _ => Vec::new(),
-        };
+        let no_parse = no_parse_of(load);
         // Arguments are checked as the job will carry them (after `parse_input`), so
         // `kwargs:` rules can match and `args:` rules see what the minions run; Salt checks
         // the raw strings, where no `kwargs:` rule can ever pass.
@@ -386,14 +379,7 @@ impl Master {
             }
             other => vec![other.clone()],
         };
-        let no_parse: Vec<String> = match value::get(&call.load, "no_parse") {
-            Some(Value::Array(a)) => a
-                .iter()
-                .filter_map(value::str_of)
-                .map(str::to_owned)
-                .collect(),
-            _ => Vec::new(),
-        };
+        let no_parse = no_parse_of(&call.load);
         let arg = halite_config::args::parse_input_values(&args, &no_parse);
         let reply_to = call.reply_to;
         let fun = fun.to_owned();
@@ -424,34 +410,39 @@ impl PeerAcls {
         let matching =
             Matching::from_config_value(cfg.get("acl_regex_match").unwrap_or(&Value::Nil))
                 .map_err(|e| crate::Error::Config(e.to_string()))?;
-        let peer = cfg
-            .get("peer")
-            .filter(|v| matches!(v, Value::Map(_)))
-            .map(|v| {
-                let (acl, warnings) = PeerAcl::parse(v, matching);
-                for w in warnings {
-                    tracing::warn!("peer: {w}");
-                }
-                for note in acl.differing_patterns() {
-                    tracing::warn!("{note}");
-                }
-                acl
-            });
-        let peer_run = cfg
-            .get("peer_run")
-            .filter(|v| matches!(v, Value::Map(_)))
-            .map(|v| {
-                let (acl, warnings) = RunnerAcl::parse(v, matching);
-                for w in warnings {
-                    tracing::warn!("peer_run: {w}");
-                }
-                for note in acl.differing_patterns() {
-                    tracing::warn!("{note}");
-                }
-                acl
-            });
+        let peer = parse_logged(
+            cfg,
+            "peer",
+            |v| PeerAcl::parse(v, matching),
+            |acl| acl.differing_patterns(),
+        );
+        let peer_run = parse_logged(
+            cfg,
+            "peer_run",
+            |v| RunnerAcl::parse(v, matching),
+            |acl| acl.differing_patterns(),
+        );
         Ok(PeerAcls { peer, peer_run })
     }
+}
+
+/// Parses the map option `name` (absent or not a map: `None`), logging what cannot be used
+/// and every pattern whose meaning differs from Salt's.
+fn parse_logged<A, W: std::fmt::Display, N: std::fmt::Display>(
+    cfg: &halite_config::MasterConfig,
+    name: &str,
+    parse: impl FnOnce(&Value) -> (A, Vec<W>),
+    notes: impl FnOnce(&A) -> Vec<N>,
+) -> Option<A> {
+    let v = cfg.get(name).filter(|v| matches!(v, Value::Map(_)))?;
+    let (acl, warnings) = parse(v);
+    for w in warnings {
+        tracing::warn!("{name}: {w}");
+    }
+    for note in notes(&acl) {
+        tracing::warn!("{note}");
+    }
+    Some(acl)
 }
 
 /// Target expansion for the ACL evaluator: the master's expected minions.
@@ -464,6 +455,18 @@ impl halite_acl::Targets for AclTargets<'_> {
             .0
             .into_iter()
             .collect()
+    }
+}
+
+/// The request's `no_parse` list: names whose `name=value` words are not typed as YAML.
+fn no_parse_of(load: &Value) -> Vec<String> {
+    match value::get(load, "no_parse") {
+        Some(Value::Array(a)) => a
+            .iter()
+            .filter_map(value::str_of)
+            .map(str::to_owned)
+            .collect(),
+        _ => Vec::new(),
     }
 }
 
