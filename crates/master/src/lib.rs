@@ -456,6 +456,8 @@ pub async fn run(cfg: MasterConfig, shutdown: CancellationToken) -> Result<(), E
         }
     }
     tracing::info!("The Salt Master is shutting down");
+    // Runner threads waiting for minions and held replies end now.
+    master.watch.stop();
     transport.shutdown();
     for w in workers {
         let _ = w.join();

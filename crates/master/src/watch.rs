@@ -256,10 +256,17 @@ fn timer_loop(shared: &Shared) {
     let mut st = shared.lock();
     loop {
         if st.stopped {
-            // Whoever still waits gets what there is.
-            let jobs: Vec<Job> = st.jobs.drain().map(|(_, j)| j).collect();
-            for job in jobs {
-                fire_all(&mut st, job);
+            // Whoever still waits gets what there is; the jobs stay readable.
+            let mut held = Vec::new();
+            for job in st.jobs.values_mut() {
+                for (_, cb) in job.waiters.drain(..) {
+                    held.push((cb, job.snap.clone()));
+                }
+            }
+            st.held = 0;
+            drop(st);
+            for (cb, snap) in held {
+                cb(snap);
             }
             return;
         }
@@ -297,10 +304,18 @@ fn timer_loop(shared: &Shared) {
     }
 }
 
-impl Drop for JobWatch {
-    fn drop(&mut self) {
+impl JobWatch {
+    /// Ends every wait: blocked waiters return what there is, held callbacks run, and later
+    /// waits answer at once (the master is shutting down).
+    pub fn stop(&self) {
         self.shared.lock().stopped = true;
         self.shared.changed.notify_all();
+    }
+}
+
+impl Drop for JobWatch {
+    fn drop(&mut self) {
+        self.stop();
         if let Some(t) = self.timer.take() {
             let _ = t.join();
         }
@@ -411,6 +426,19 @@ mod tests {
         }
         assert!(watch.snapshot("first").is_none());
         assert!(!rx.try_recv().unwrap().unwrap().complete());
+    }
+
+    #[test]
+    fn stopping_the_watch_ends_blocking_waits_at_once() {
+        let watch = Arc::new(JobWatch::new());
+        watch.register("j1", &ids(&["a"]), None);
+        let w = watch.clone();
+        let t = std::thread::spawn(move || w.wait("j1", Instant::now() + Duration::from_secs(60)));
+        std::thread::sleep(Duration::from_millis(20));
+        let started = Instant::now();
+        watch.stop();
+        assert!(!t.join().unwrap().unwrap().complete());
+        assert!(started.elapsed() < Duration::from_secs(5));
     }
 
     #[test]
