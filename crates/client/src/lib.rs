@@ -1,13 +1,20 @@
-//! Talking to a master as a local client, the way Salt's `LocalClient` does: a clear
-//! `publish` on the request port authenticated with the local user's key from `cachedir`,
-//! and returns read from the master's event bus. It works against a Halite master and a
-//! stock salt-master alike.
+//! Talking to a master as a local client, the way Salt's `LocalClient` and
+//! `RunnerClient.master_call` do: a clear `publish` or `runner` command on the request port
+//! authenticated with the local user's key from `cachedir` (`user` as Salt's
+//! `get_specific_user`), and job returns or runner events read from the master's event bus.
+//! It works against a Halite master and a stock salt-master alike.
 //!
-//! What it does not do: print anything (the CLIs format results) or decide exit codes.
+//! What it does not do: print anything (the CLIs format results), decide exit codes, or
+//! eauth/tokens (only the local user's key).
+//!
+//! Invariant: replies and events are untrusted; whatever their shape, decoding them gives
+//! a value or an [`Error`], never a panic.
 
 pub mod local;
+pub mod runner;
 
-pub use local::{JobEvent, LocalClient, PublishReply, PublishRequest};
+pub use local::{specific_user, JobEvent, LocalClient, PublishReply, PublishRequest};
+pub use runner::{RunEvent, RunnerJob, RunnerRequest};
 
 /// Why a client operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -24,7 +31,15 @@ pub enum Error {
     /// The master refused the operation.
     #[error("Authorization error occurred.")]
     Authorization,
-    /// The master answered something that is not a publish reply.
+    /// The master answered with an error of its own (`{"error": {"name", "message"}}`).
+    #[error("{message}")]
+    Master {
+        /// The Python exception name.
+        name: String,
+        /// Its message.
+        message: String,
+    },
+    /// The master answered something that is not the expected reply.
     #[error("unexpected reply from the master: {0}")]
     BadReply(String),
     /// Transport failure.

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 use tokio::time::Instant;
 
-/// How long the publish request may take before "Salt request timed out".
+/// How long a request (a publish, a runner call) may take before "Salt request timed out".
 pub const PUBLISH_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A job to publish.
@@ -62,14 +62,13 @@ pub struct LocalClient {
     ctx: zmq::Context,
 }
 
-/// `salt.utils.user.get_specific_user`: the OS user, or `sudo_<user>` under sudo as root.
-fn salt_user() -> String {
+/// `salt.utils.user.get_specific_user`: the OS user, or `sudo_<SUDO_USER>` when running as
+/// root with `SUDO_USER` set. This is the `user` the master is told in every clear load.
+pub fn specific_user() -> String {
     let me = halite_config::current_user().unwrap_or_else(|| "root".into());
     if me == "root" {
-        if let Ok(sudo) = std::env::var("SUDO_USER") {
-            if !sudo.is_empty() && sudo != "root" {
-                return format!("sudo_{sudo}");
-            }
+        if let Some(sudo) = std::env::var_os("SUDO_USER") {
+            return format!("sudo_{}", sudo.to_string_lossy());
         }
     }
     me
@@ -79,7 +78,7 @@ impl LocalClient {
     /// A client for the master described by `cfg`, reading the user's key like
     /// `LocalClient.__read_master_key` (an unreadable key file gives an empty key).
     pub fn new(cfg: &MasterConfig) -> Self {
-        let user = salt_user();
+        let user = specific_user();
         let key_user = if (user == "root" && cfg.user != "root") || user.starts_with("sudo_") {
             cfg.user.clone()
         } else {
@@ -106,10 +105,7 @@ impl LocalClient {
 
     /// Connects to the master bus, listening to every job event.
     pub async fn listen_jobs(&self) -> Result<Listener, Error> {
-        BusClient::new(self.max_event_size)
-            .listen(&self.bus, "salt/job/")
-            .await
-            .map_err(|_| Error::NoMaster)
+        self.listen_prefix("salt/job/").await
     }
 
     /// Sends a publish request and returns the master's reply.
@@ -136,9 +132,15 @@ impl LocalClient {
             ));
         }
         load.push((s("user"), s(self.user.clone())));
+        parse_publish_reply(&self.send_clear(Value::Map(load)).await?)
+    }
+
+    /// Sends one clear load on the request port (`{"enc": "clear", "load": ..., "version": 3}`,
+    /// as Salt's `ReqChannel` with `crypt="clear"`) and decodes the reply.
+    pub(crate) async fn send_clear(&self, load: Value) -> Result<Value, Error> {
         let body = value::encode(&map([
             ("enc", s("clear")),
-            ("load", Value::Map(load)),
+            ("load", load),
             ("version", Value::from(3)),
         ]));
         let (ctx, endpoint) = (self.ctx.clone(), self.endpoint.clone());
@@ -152,7 +154,25 @@ impl LocalClient {
             Err(halite_transport::Error::Timeout(_)) => return Err(Error::Timeout),
             Err(e) => return Err(e.into()),
         };
-        parse_publish_reply(&value::decode(&reply).map_err(|e| Error::BadReply(e.to_string()))?)
+        value::decode(&reply).map_err(|e| Error::BadReply(e.to_string()))
+    }
+
+    /// The user's key read from `cachedir` (empty when unreadable).
+    pub(crate) fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The `user` sent with every load ([`specific_user`]).
+    pub(crate) fn user(&self) -> &str {
+        &self.user
+    }
+
+    /// Connects to the master bus, listening to events whose tag starts with `prefix`.
+    pub(crate) async fn listen_prefix(&self, prefix: &str) -> Result<Listener, Error> {
+        BusClient::new(self.max_event_size)
+            .listen(&self.bus, prefix)
+            .await
+            .map_err(|_| Error::NoMaster)
     }
 
     /// Follows `jid` until every expected minion returned, or until minions stop answering

@@ -1,32 +1,70 @@
-//! `halite-run`: the `salt-run` command for a Halite (or stock) master, with the one runner
-//! Halite has so far, `state.event`.
+//! `halite-run`: the `salt-run` command for a Halite or a stock master.
 //!
-//! `halite-run [-c DIR] state.event [tagmatch] [count=N] [quiet=True] [pretty=True]
-//! [sock_dir=DIR]` prints what stock `salt-run state.event` prints for the same events
-//! (`tag<TAB>json` lines, then the runner's return through the outputter, `None`), and fires
-//! the runner's own `salt/run/<jid>/new` and `salt/run/<jid>/ret` events and writes its
-//! `cachedir/proc/<jid>` file as Salt's `RunnerClient.low` does.
+//! `halite-run [-c DIR] [-t T] [--async] [--out X] <fun> [args...] [key=value...]` sends
+//! the clear `runner` command on the master's request port, authenticated with the local
+//! user's key (`cachedir/.<user>_key`, `user` as Salt's `get_specific_user`), exactly as
+//! Salt's `RunnerClient.cmd_sync` does, after subscribing to the master bus. The master
+//! runs the runner; `halite-run` prints each event of the run as `print_async_event` does
+//! (`salt/run/<jid>/ret`'s `return` through the outputter, `nested` by default; a return
+//! `{"outputter": X, "data": D}` prints `D` with `X`) and exits as `salt-run` does: with
+//! the run's `retcode`, the return's `retcode` or its `data`'s, else 0 (`success: false`
+//! alone exits 0, as in Salt 3008.3). Arguments go through Salt's `parse_input`.
+//! `-t T` becomes the runner's `timeout` when the runner takes that parameter and it is
+//! not given; `--async` prints Salt's notice with the run's tag and does not wait;
+//! `-d [prefix]` prints runner docs as `salt-run -d` does, from Halite's runner table.
 //!
-//! What it does not do: other runners (they get Salt's "'x.y' is not available." line),
-//! `node=minion`, eauth, storing the runner job in the job cache, `--async`.
-//! Deviations: a bad call prints Python's `TypeError` text without the runner's usage text;
-//! SIGINT/SIGTERM end it quietly with exit code 0 (stock prints a traceback).
+//! `state.event` runs in-process, as stock `salt-run` runs every runner:
+//! `halite-run state.event [tagmatch] [count=N] [quiet=True] [pretty=True] [sock_dir=DIR]`
+//! prints what stock prints for the same events and fires the runner's own `salt/run/<jid>/new`
+//! and `salt/run/<jid>/ret` events and writes its `cachedir/proc/<jid>` file.
+//!
+//! What it does not do: eauth (`-a`), `--jid`, `--show-jid`, `--out-file`, `--args-stdin`,
+//! `--skip-grains`, `state.event node=minion`; docs of runners Halite does not implement.
+//!
+//! Deviations from stock `salt-run` (which runs every runner in its own process):
+//! * A call `Runner.run` refuses prints Salt's message (`'x.y' is not available.`, `The
+//!   following keyword arguments are not valid: ...`, `Must specify a function to
+//!   run!...`) and exits 254, the `retcode` Salt records for it; stock prints the docs of
+//!   `<fun>*` instead when there are any, and exits 0. A name without a module, or keyword
+//!   arguments a runner Halite implements does not take, are refused before anything is
+//!   sent, so the text is the same against any master; a function Halite does not know is
+//!   sent (a stock master has more runners), and when the master starts no run for it
+//!   within `gather_job_timeout` (a stock master fires nothing for a function it does not
+//!   have) it is reported as not available.
+//! * Keyword arguments of a runner Halite does not know are all sent; one the runner does
+//!   not take gives Python's `TypeError` text instead of Salt's refusal.
+//! * With `--async` nothing waits for the run, so a function Halite does not know is sent
+//!   as is: a stock master answers with a jid whether or not it has the function.
+//! * `-t` reaches only runners that take a `timeout` parameter and that Halite knows;
+//!   runners reading `__opts__["timeout"]` directly use the master's `timeout`.
+//! * What a runner prints itself rather than returns (`manage.status` with no minion
+//!   matched prints "No minions matched the target...") goes to the master's output, as
+//!   with `salt-run -a`.
+//! * Errors talking to the master (unreachable, timed out, authentication refused) print
+//!   Salt's text on stderr and exit 1, as `salt-run` does for a `SaltClientError`; an error
+//!   the master answers prints its message and exits 254.
+//! * SIGINT/SIGTERM end it quietly with exit status 0 (stock prints a traceback); a run
+//!   whose `ret` never arrives waits until then. The run goes on in the master.
+//! * `state.event`: a bad call prints Python's `TypeError` text without the usage text.
+//!
+//! Invariant: replies and events are untrusted input; nothing in them makes it panic.
 
+mod print;
+mod remote;
 mod state_event;
 
 use clap::Parser;
 use halite_config::MasterConfig;
-use halite_journal::{state_event_line, MasterBus, Since, TagFilter};
-use halite_output::{OutputArgs, Outputter};
+use halite_output::OutputArgs;
 use halite_proto::value::s;
-use halite_proto::Value;
-use state_event::{bind, EventArgs, ExprMatch};
+use halite_runner::Registry;
+use print::Printer;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-/// Usage errors, as `salt-run` reports them.
-const EX_USAGE: u8 = 42;
+/// Usage errors, as `salt-run` reports them (`EX_USAGE`).
+const EX_USAGE: u8 = 64;
 
 /// halite-run [options] <function> [arguments]
 #[derive(Parser, Debug)]
@@ -46,10 +84,26 @@ struct Cli {
     /// Console log level.
     #[arg(short = 'l', long = "log-level", default_value = "warning")]
     log_level: String,
+    /// Seconds the runner waits for minions, for runners that take a `timeout`.
+    #[arg(short = 't', long = "timeout", allow_hyphen_values = true)]
+    timeout: Option<i64>,
+    /// Start the runner and return at once, without waiting for its return.
+    #[arg(long = "async")]
+    async_: bool,
+    /// Print the documentation of all runners, or of one module or function.
+    #[arg(short = 'd', long = "doc", visible_alias = "documentation")]
+    doc: bool,
+    /// Do not display the results of the run.
+    #[arg(long = "quiet")]
+    quiet: bool,
+    /// Argument names whose `key=value` values are kept as strings.
+    #[arg(long = "no-parse", value_delimiter = ',')]
+    no_parse: Vec<String>,
     #[command(flatten)]
     output: OutputArgs,
-    /// The runner function and its arguments (`key=value` for keyword arguments).
-    #[arg(num_args = 0.., allow_hyphen_values = true)]
+    /// The runner function and its arguments (`key=value` for keyword arguments); options
+    /// may come between them, as with `salt-run`.
+    #[arg(num_args = 0..)]
     rest: Vec<String>,
 }
 
@@ -59,6 +113,20 @@ fn main() -> ExitCode {
         Err(status) => return status,
     };
     halite_daemon::init_cli_logging(&cli.log_level);
+    let printer = Printer::new(&cli.output, cli.quiet);
+    let fun = cli.rest.first().map(String::as_str).unwrap_or("");
+    if cli.doc {
+        if cli.rest.len() > 1 {
+            eprintln!(
+                "Usage: halite-run [options] <function> [arguments]\n\n\
+                 halite-run: error: You can only get documentation for one method at one time"
+            );
+            return ExitCode::from(EX_USAGE);
+        }
+        // `print_docs` uses `display_output` directly: `--quiet` does not apply.
+        print_docs(&Printer::new(&cli.output, false), &Registry::builtin(), fun);
+        return ExitCode::SUCCESS;
+    }
     let cfg = match MasterConfig::load(&cli.config_dir) {
         Ok(c) => c,
         Err(e) => {
@@ -66,116 +134,35 @@ fn main() -> ExitCode {
             return ExitCode::from(EX_USAGE);
         }
     };
-    let Some(fun) = cli.rest.first() else {
-        eprintln!("Usage: halite-run [options] <function> [arguments]");
-        return ExitCode::from(EX_USAGE);
-    };
-    if fun != "state.event" {
-        println!("'{fun}' is not available.");
-        return ExitCode::SUCCESS;
-    }
-    let args = halite_config::args::parse_input(&cli.rest[1..], &[]);
-    let (event_args, fun_args) = match bind(&args) {
-        Ok(b) => b,
-        Err(msg) => {
-            print_return(&cli, &s(format!("\nPassed invalid arguments: {msg}\n")));
-            return ExitCode::SUCCESS;
-        }
-    };
-    if event_args.node != "master" {
-        eprintln!(
-            "halite-run watches the master bus only; node={} is not supported",
-            event_args.node
-        );
-        return ExitCode::from(1);
-    }
+    let args = cli.rest.get(1..).unwrap_or_default();
     let Some(rt) = halite_daemon::cli_runtime() else {
         return ExitCode::from(2);
     };
-    rt.block_on(run(&cli, &cfg, event_args, fun_args))
-}
-
-/// `RunnerClient.low` for `state.event`: `new` event and proc file, the function, `ret`
-/// event, the return printed.
-async fn run(cli: &Cli, cfg: &MasterConfig, args: EventArgs, fun_args: Vec<Value>) -> ExitCode {
-    let master_bus = MasterBus::from_config(cfg);
-    let jid = halite_proto::jid::JidGenerator::default().next(chrono::Utc::now());
-    let tag = |what: &str| format!("salt/run/{jid}/{what}");
-    // `_stamp` is reserved in place: Salt's fire_event adds it to the same dict the `ret`
-    // event later reuses, so it comes before `return` and `success`.
-    let mut data = vec![
-        (s("fun"), s("runner.state.event")),
-        (s("jid"), s(jid.clone())),
-        (s("user"), s(specific_user())),
-        (s("fun_args"), Value::Array(fun_args)),
-        (s("_stamp"), s("")),
-    ];
-    if let Err(e) = master_bus.fire(&tag("new"), Value::Map(data.clone())).await {
-        tracing::warn!(error = %e, "Cannot fire the runner's new event");
+    if fun == "state.event" {
+        return state_event::main(&rt, &cfg, &printer, args);
     }
-    let proc_file = write_proc_file(cfg, &jid, &data);
-
-    let listen_bus = match &args.sock_dir {
-        Some(dir) => MasterBus::new(
-            dir,
-            usize::try_from(cfg.max_event_size).unwrap_or(usize::MAX),
+    let registry = Registry::builtin();
+    let call = remote::Call {
+        fun,
+        args: halite_config::args::parse_input(args, &cli.no_parse),
+        timeout: cli.timeout,
+        asynchronous: cli.async_,
+        warnings_shown: matches!(
+            halite_daemon::salt_level(&cli.log_level),
+            "trace" | "debug" | "info" | "warn"
         ),
-        None => master_bus.clone(),
     };
-    let watched = tokio::select! {
-        r = watch(&listen_bus, &args) => r,
-        _ = terminated() => Err(None),
-    };
-    if let Some(p) = &proc_file {
-        let _ = std::fs::remove_file(p);
-    }
-    match watched {
-        Ok(()) => {}
-        Err(None) => return ExitCode::SUCCESS,
-        Err(Some(e)) => {
-            eprintln!("{e}");
-            return ExitCode::from(1);
-        }
-    }
-    data.push((s("return"), Value::Nil));
-    data.push((s("success"), Value::from(true)));
-    if let Err(e) = master_bus.fire(&tag("ret"), Value::Map(data)).await {
-        tracing::warn!(error = %e, "Cannot fire the runner's ret event");
-    }
-    print_return(cli, &Value::Nil);
-    ExitCode::SUCCESS
+    ExitCode::from(rt.block_on(remote::run(&cfg, &registry, &printer, call)))
 }
 
-/// The body of `salt/modules/state.py` `event`.
-async fn watch(bus: &MasterBus, args: &EventArgs) -> Result<(), Option<halite_journal::Error>> {
-    let matcher = ExprMatch::new(&args.tagmatch);
-    let mut events = bus
-        .listen(TagFilter::All, Since::Live)
-        .await
-        .map_err(Some)?
-        .reconnecting(true);
-    let mut count = args.count;
-    loop {
-        let Some(ev) = events.recv().await.map_err(Some)? else {
-            return Ok(());
-        };
-        if !matcher.matches(&ev.tag) {
-            tracing::debug!("Skipping event tag: {}", ev.tag);
-            continue;
-        }
-        if !args.quiet {
-            let line = state_event_line(&ev.tag, &ev.data, args.pretty);
+/// `Runner.print_docs`: for each runner matching `prefix` (all when empty), its name and a
+/// colon through the `text` outputter, then its docstring as is.
+fn print_docs(printer: &Printer, registry: &Registry, prefix: &str) {
+    for (fun, doc) in registry.doc(Some(prefix)) {
+        printer.print(&s(format!("{fun}:")), Some("text"));
+        if !printer.is_quiet() {
             let mut out = std::io::stdout().lock();
-            if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
-                // Salt's print_cli ignores a closed pipe and keeps going.
-                tracing::debug!("stdout closed");
-            }
-        }
-        if count > 0 {
-            count -= 1;
-        }
-        if count == 0 {
-            return Ok(());
+            let _ = writeln!(out, "{doc}").and_then(|()| out.flush());
         }
     }
 }
@@ -192,48 +179,4 @@ async fn terminated() {
             }
         } => {}
     }
-}
-
-/// `cachedir/proc/<jid>`: the runner's load and pid, which `salt-run jobs.active` reads.
-fn write_proc_file(cfg: &MasterConfig, jid: &str, data: &[(Value, Value)]) -> Option<PathBuf> {
-    let path = cfg.cachedir.join("proc").join(jid);
-    let mut load = data.to_vec();
-    load.push((s("pid"), Value::from(std::process::id())));
-    match std::fs::write(&path, halite_proto::value::encode(&Value::Map(load))) {
-        Ok(()) => Some(path),
-        Err(e) => {
-            tracing::debug!(path = %path.display(), error = %e, "Cannot write the runner's proc file");
-            None
-        }
-    }
-}
-
-/// `salt.utils.user.get_specific_user`: the user name, or `sudo_<SUDO_USER>` for root.
-fn specific_user() -> String {
-    let user = halite_config::current_user().unwrap_or_else(|| "UNKNOWN".to_owned());
-    if user == "root" {
-        if let Some(sudo) = std::env::var_os("SUDO_USER") {
-            return format!("sudo_{}", sudo.to_string_lossy());
-        }
-    }
-    user
-}
-
-/// Prints the runner's return as `salt-run` does (`display_output`, nested by default).
-fn print_return(cli: &Cli, ret: &Value) {
-    let out = match cli.output.out.as_deref().map(Outputter::from_name) {
-        None => Outputter::Nested,
-        Some(Ok(o)) => o,
-        Some(Err(e)) => {
-            tracing::error!("{e}");
-            Outputter::Nested
-        }
-    };
-    if cli.output.quiet() {
-        return;
-    }
-    let text = halite_output::render(out, ret, &cli.output.options());
-    let mut stdout = std::io::stdout().lock();
-    let _ = stdout.write_all(text.as_bytes());
-    let _ = stdout.flush();
 }

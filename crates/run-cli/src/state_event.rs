@@ -1,11 +1,147 @@
-//! The `state.event` runner: `salt/runners/state.py` `event` calling
-//! `salt/modules/state.py` `event` on the master bus.
+//! The `state.event` runner, run in-process as stock `salt-run` runs it:
+//! `salt/runners/state.py` `event` calling `salt/modules/state.py` `event` on the master
+//! bus, inside `RunnerClient.low`'s envelope (`new`/`ret` events, the proc file).
 
+use crate::print::Printer;
+use halite_config::MasterConfig;
+use halite_journal::{state_event_line, MasterBus, Since, TagFilter};
 use halite_proto::value::{self, s};
 use halite_proto::Value;
 use halite_target::fnmatch::fnmatch;
 use halite_target::pyre::{Anchor, PyRegex};
+use std::io::Write;
 use std::path::PathBuf;
+use std::process::ExitCode;
+
+/// `halite-run state.event [args...]`: binds the arguments, then watches the master bus
+/// in-process until `count` events matched or SIGINT/SIGTERM.
+pub fn main(
+    rt: &tokio::runtime::Runtime,
+    cfg: &MasterConfig,
+    printer: &Printer,
+    words: &[String],
+) -> ExitCode {
+    let args = halite_config::args::parse_input(words, &[]);
+    let (event_args, fun_args) = match bind(&args) {
+        Ok(b) => b,
+        Err(msg) => {
+            printer.print(&s(format!("\nPassed invalid arguments: {msg}\n")), None);
+            return ExitCode::SUCCESS;
+        }
+    };
+    if event_args.node != "master" {
+        eprintln!(
+            "halite-run watches the master bus only; node={} is not supported",
+            event_args.node
+        );
+        return ExitCode::from(1);
+    }
+    rt.block_on(run(printer, cfg, event_args, fun_args))
+}
+
+/// `RunnerClient.low` for `state.event`: `new` event and proc file, the function, `ret`
+/// event, the return printed.
+async fn run(
+    printer: &Printer,
+    cfg: &MasterConfig,
+    args: EventArgs,
+    fun_args: Vec<Value>,
+) -> ExitCode {
+    let master_bus = MasterBus::from_config(cfg);
+    let jid = halite_proto::jid::JidGenerator::default().next(chrono::Utc::now());
+    let tag = |what: &str| format!("salt/run/{jid}/{what}");
+    // `_stamp` is reserved in place: Salt's fire_event adds it to the same dict the `ret`
+    // event later reuses, so it comes before `return` and `success`.
+    let mut data = vec![
+        (s("fun"), s("runner.state.event")),
+        (s("jid"), s(jid.clone())),
+        (s("user"), s(halite_client::specific_user())),
+        (s("fun_args"), Value::Array(fun_args)),
+        (s("_stamp"), s("")),
+    ];
+    if let Err(e) = master_bus.fire(&tag("new"), Value::Map(data.clone())).await {
+        tracing::warn!(error = %e, "Cannot fire the runner's new event");
+    }
+    let proc_file = write_proc_file(cfg, &jid, &data);
+
+    let listen_bus = match &args.sock_dir {
+        Some(dir) => MasterBus::new(
+            dir,
+            usize::try_from(cfg.max_event_size).unwrap_or(usize::MAX),
+        ),
+        None => master_bus.clone(),
+    };
+    let watched = tokio::select! {
+        r = watch(&listen_bus, &args) => r,
+        _ = crate::terminated() => Err(None),
+    };
+    if let Some(p) = &proc_file {
+        let _ = std::fs::remove_file(p);
+    }
+    match watched {
+        Ok(()) => {}
+        Err(None) => return ExitCode::SUCCESS,
+        Err(Some(e)) => {
+            eprintln!("{e}");
+            return ExitCode::from(1);
+        }
+    }
+    data.push((s("return"), Value::Nil));
+    data.push((s("success"), Value::from(true)));
+    if let Err(e) = master_bus.fire(&tag("ret"), Value::Map(data)).await {
+        tracing::warn!(error = %e, "Cannot fire the runner's ret event");
+    }
+    printer.print(&Value::Nil, None);
+    ExitCode::SUCCESS
+}
+
+/// The body of `salt/modules/state.py` `event`.
+async fn watch(bus: &MasterBus, args: &EventArgs) -> Result<(), Option<halite_journal::Error>> {
+    let matcher = ExprMatch::new(&args.tagmatch);
+    let mut events = bus
+        .listen(TagFilter::All, Since::Live)
+        .await
+        .map_err(Some)?
+        .reconnecting(true);
+    let mut count = args.count;
+    loop {
+        let Some(ev) = events.recv().await.map_err(Some)? else {
+            return Ok(());
+        };
+        if !matcher.matches(&ev.tag) {
+            tracing::debug!("Skipping event tag: {}", ev.tag);
+            continue;
+        }
+        if !args.quiet {
+            let line = state_event_line(&ev.tag, &ev.data, args.pretty);
+            let mut out = std::io::stdout().lock();
+            if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
+                // Salt's print_cli ignores a closed pipe and keeps going.
+                tracing::debug!("stdout closed");
+            }
+        }
+        if count > 0 {
+            count -= 1;
+        }
+        if count == 0 {
+            return Ok(());
+        }
+    }
+}
+
+/// `cachedir/proc/<jid>`: the runner's load and pid, which `salt-run jobs.active` reads.
+fn write_proc_file(cfg: &MasterConfig, jid: &str, data: &[(Value, Value)]) -> Option<PathBuf> {
+    let path = cfg.cachedir.join("proc").join(jid);
+    let mut load = data.to_vec();
+    load.push((s("pid"), Value::from(std::process::id())));
+    match std::fs::write(&path, halite_proto::value::encode(&Value::Map(load))) {
+        Ok(()) => Some(path),
+        Err(e) => {
+            tracing::debug!(path = %path.display(), error = %e, "Cannot write the runner's proc file");
+            None
+        }
+    }
+}
 
 /// The runner's parameters, in signature order.
 const PARAMS: [&str; 6] = ["tagmatch", "count", "quiet", "sock_dir", "pretty", "node"];
