@@ -106,7 +106,7 @@ fn sorted_ids() -> Json {
     json!([HALITE_MINION, STOCK_MINION])
 }
 
-fn runners_work_against(kind: MasterKind) {
+fn runners_work_against(kind: MasterKind) -> Fleet {
     let fleet = Fleet::start(kind);
     let root = &fleet.root;
 
@@ -248,6 +248,7 @@ fn runners_work_against(kind: MasterKind) {
     assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
     assert_eq!(stderr(&out), "Authentication error occurred.\n");
     assert_eq!(stdout(&out), "");
+    fleet
 }
 
 #[test]
@@ -256,8 +257,39 @@ fn halite_run_drives_a_stock_master() {
 }
 
 #[test]
-fn halite_run_drives_a_halite_master() {
-    runners_work_against(MasterKind::Halite);
+fn halite_run_drives_a_halite_master_and_a_stopped_minion_is_down_within_the_timeout() {
+    let mut fleet = runners_work_against(MasterKind::Halite);
+    let root = &fleet.root;
+    // The Halite minion is the third process started.
+    fleet._procs[2].stop();
+    let started = std::time::Instant::now();
+    let status = json_of(
+        "manage.status",
+        &halite_run(
+            root,
+            &[
+                "manage.status",
+                "timeout=2",
+                "gather_job_timeout=2",
+                "--out",
+                "json",
+            ],
+        ),
+    );
+    assert_eq!(
+        status,
+        json!({"up": [STOCK_MINION], "down": [HALITE_MINION]})
+    );
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "a down minion is reported after timeout + one find_job round: {:?}",
+        started.elapsed()
+    );
+    let down = json_of(
+        "manage.down",
+        &halite_run(root, &["manage.down", "-t", "2", "--out", "json"]),
+    );
+    assert_eq!(down, json!([HALITE_MINION]));
 }
 
 #[test]
