@@ -54,6 +54,8 @@ type Callback = Box<dyn FnOnce(Snapshot) + Send>;
 struct Job {
     snap: Snapshot,
     registered: Instant,
+    /// `pub_ret` polls answered so far.
+    polls: u32,
     waiters: Vec<(u64, Callback)>,
 }
 
@@ -139,6 +141,7 @@ impl JobWatch {
                     returns: Vec::new(),
                 },
                 registered: now,
+                polls: 0,
                 waiters: Vec::new(),
             },
         );
@@ -168,6 +171,15 @@ impl JobWatch {
         for (_, cb) in waiters {
             cb(snap.clone());
         }
+    }
+
+    /// Counts a poll of `jid`'s results and answers how many came before it (`None` if the
+    /// job is not watched).
+    pub fn poll(&self, jid: &str) -> Option<u32> {
+        let mut st = self.shared.lock();
+        let job = st.jobs.get_mut(jid)?;
+        job.polls = job.polls.saturating_add(1);
+        Some(job.polls - 1)
     }
 
     /// The job's current state, if it is watched.
@@ -378,6 +390,15 @@ mod tests {
         watch.on_return("j1", "a", &Value::from(false));
         assert_eq!(watch.snapshot("j1").unwrap().returns.len(), 1);
         assert!(rx.recv_timeout(Duration::from_millis(50)).is_err());
+    }
+
+    #[test]
+    fn polls_of_a_watched_job_are_counted() {
+        let watch = JobWatch::new();
+        assert_eq!(watch.poll("j1"), None);
+        watch.register("j1", &ids(&["a"]), None);
+        assert_eq!(watch.poll("j1"), Some(0));
+        assert_eq!(watch.poll("j1"), Some(1));
     }
 
     #[test]

@@ -12,9 +12,9 @@
 //!   `halite/peer/deny` (Salt says nothing).
 //! - **Results as soon as they exist**: the job is watched from the moment it is published
 //!   ([`crate::watch`]); a `pub_ret` carrying `wait` (Halite's minion sends it) is held until
-//!   the last expected minion returned or `wait` ran out, and a stock minion's `pub_ret` is
-//!   held up to one of its 0.3 s poll intervals. `minion_publish` and `minion_runner` answer
-//!   when done without holding a worker.
+//!   the last expected minion returned or `wait` ran out, and a stock minion's first
+//!   `pub_ret` is held up to one of its 0.3 s poll intervals. `minion_publish` and
+//!   `minion_runner` answer when done without holding a worker.
 //! - **Multi-function** `fun` (`a,b`): Salt splits it, then fails in its own verifier and
 //!   returns `{}`; Halite publishes it when *every* function is allowed.
 //! - **Nodegroups** are expanded for the expected-minion list too (Salt evaluates the
@@ -33,8 +33,9 @@ use std::time::{Duration, Instant};
 
 /// Longest a `pub_ret` with `wait` is held (below the minion's 60 s request timeout).
 pub const MAX_HOLD: Duration = Duration::from_secs(30);
-/// How long a `pub_ret` without `wait` (a stock minion polling) is held at most: one of its
-/// poll intervals, so its loop keeps Salt's timing when minions are missing.
+/// How long the first `pub_ret` without `wait` (a stock minion polling) is held at most: one
+/// of its poll intervals. Later polls are answered at once, so when minions are missing the
+/// stock loop keeps Salt's timing (each hold would lengthen it, as it counts polls).
 pub const STOCK_POLL_HOLD: Duration = Duration::from_millis(300);
 /// Most arguments a peer request may carry.
 pub const MAX_ARGS: usize = 1024;
@@ -284,9 +285,11 @@ impl Master {
                     );
                     return AesReply::Send(Value::Map(vec![]));
                 }
+                let first = self.watch.poll(&jid) == Some(0);
                 let hold = match value::get(&call.load, "wait") {
                     Some(w) => seconds(w).unwrap_or_default().min(MAX_HOLD),
-                    None => STOCK_POLL_HOLD,
+                    None if first => STOCK_POLL_HOLD,
+                    None => Duration::ZERO,
                 };
                 if snap.complete() || hold.is_zero() {
                     return AesReply::Send(cache_returns(&snap));
@@ -689,6 +692,29 @@ mod tests {
         let (body, _) = (pub_ret(&jid, Some(20.0)), ());
         let done = web.call(&tm, body);
         assert_eq!(done.as_map().map(Vec::len), Some(2));
+    }
+
+    #[test]
+    fn a_stock_minions_first_poll_is_held_up_to_one_interval_and_later_polls_are_not() {
+        let (tm, web, db) = setup(PEER);
+        let jid = jid_of(&web.call(&tm, minion_pub("test.ping", "*", vec![])));
+        web.return_job(&tm, &jid, "test.ping", Value::from(true));
+        let nonce = web.call_held(&tm, pub_ret(&jid, None));
+        db.return_job(&tm, &jid, "test.ping", Value::from(true));
+        let reply = tm
+            .wire
+            .held_reply(&web.peer(), Duration::from_secs(5))
+            .expect("answered when db1 returned");
+        assert_eq!(web.open(&reply, &nonce).as_map().map(Vec::len), Some(2));
+
+        let jid = jid_of(&web.call(&tm, minion_pub("test.ping", "*", vec![])));
+        let started = Instant::now();
+        assert_eq!(web.call(&tm, pub_ret(&jid, None)), Value::Map(vec![]));
+        let first = started.elapsed();
+        assert!(first >= Duration::from_millis(300), "held {first:?}");
+        let started = Instant::now();
+        assert_eq!(web.call(&tm, pub_ret(&jid, None)), Value::Map(vec![]));
+        assert!(started.elapsed() < Duration::from_millis(300));
     }
 
     #[test]
