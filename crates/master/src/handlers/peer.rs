@@ -662,13 +662,12 @@ mod tests {
             tm.wire.replies.lock().unwrap().is_empty(),
             "one minion is missing"
         );
-        let started = Instant::now();
         db.return_job(&tm, &jid, "test.ping", Value::from(true));
+        // Held for up to 20 s: an answer within 5 s came from db1's return.
         let reply = tm
             .wire
             .held_reply(&web.peer(), Duration::from_secs(5))
             .expect("answered when db1 returned");
-        assert!(started.elapsed() < Duration::from_secs(1));
         let got = web.open(&reply, &nonce);
         assert_eq!(
             got,
