@@ -1,0 +1,305 @@
+#!/usr/bin/env bash
+# Peer communication, Halite against stock Salt 3008.3: how long a minion waits for
+#   <call> -c <minion dir> publish.publish '*' test.ping --out=json     (peer)
+#   <call> -c <minion dir> publish.runner manage.up --out=json          (peer_run)
+#   <call> -c <minion dir> test.ping --out=json                         (the CLI's floor)
+# where <call> is halite-call against a Halite master and salt-call against a stock
+# salt-master (the calls of /work/shared/baseline/bench_peer.sh).
+#
+#   bench/peer.sh [--counts 20,1000] [--runs 5] [--budget 120] [--masters halite,stock]
+#                 [--real-max 20] [--swarm-key-bits 1024] [--start-timeout 300] [--no-build]
+#
+# For each count N and each master (Halite first, then stock), in a fresh directory with
+# fresh ports on 127.0.0.1:
+#   - N <= --real-max: N real minions (halite-minion with the Halite master, salt-minion
+#     with the stock one); the calls are made with minion-0's config (its daemon runs too,
+#     so it is one of the N that answer);
+#   - N >  --real-max: one real minion (minion-0, the publisher) and N-1 simulated ones in
+#     one halite-swarm process (they answer test.ping and saltutil.find_job).
+# Both masters get the same config: stock Salt's defaults plus interface 127.0.0.1,
+# auto_accept, peer {'.*': ['.*']}, peer_run {'.*': ['manage.*']} (as the baseline's
+# setup.sh, with peer_run narrowed to manage.*). Once every minion answers test.ping, the
+# floor call runs --runs times, then publish.publish and publish.runner alternate --runs
+# times. Each call is timed from process start to exit and checked (all N True; manage.up
+# lists all N). A call over --budget seconds is killed and the rest of that measure skipped
+# ("did not finish in B s").
+#
+# Environment: CARGO_TARGET_DIR (release binaries, default <repo>/target-swarm, shared with
+# bench/swarm.sh), HALITE_SALT_VENV (stock Salt venv, default <repo>/.salt-venv),
+# HALITE_TEMP_BASE (where run directories go, default $TMPDIR or /tmp; /dev/shm takes the
+# file system out of the figures), RESULTS (default bench/results/peer-<timestamp>),
+# HALITE_COMMIT (recorded as the commit when the tree is not a git checkout, e.g. a
+# `git archive` snapshot built while the checkout is mid-edit).
+# Writes machine.txt, progress.log, results.jsonl (one record per call), table.md and
+# logs/<master>-<N>/ (master log, a minion log, swarm output) under RESULTS.
+# Every process started here is stopped on exit (trap), by process group and pid.
+set -euo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$repo/target-swarm}
+venv=${HALITE_SALT_VENV:-$repo/.salt-venv}
+results=${RESULTS:-$repo/bench/results/peer-$(date +%Y%m%d-%H%M%S)}
+bin=$CARGO_TARGET_DIR/release
+helper_py=$repo/bench/peer_calls.py
+py=python3
+
+counts=20,1000 runs=5 budget=120 masters=halite,stock real_max=20 key_bits=1024
+start_timeout=300 build=1
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
+while [ $# -gt 0 ]; do
+  case $1 in
+    --counts) counts=${2:?}; shift 2 ;;
+    --runs) runs=${2:?}; shift 2 ;;
+    --budget) budget=${2:?}; shift 2 ;;
+    --masters) masters=${2:?}; shift 2 ;;
+    --real-max) real_max=${2:?}; shift 2 ;;
+    --swarm-key-bits) key_bits=${2:?}; shift 2 ;;
+    --start-timeout) start_timeout=${2:?}; shift 2 ;;
+    --no-build) build=0; shift ;;
+    -h|--help) usage ;;
+    *) echo "peer.sh: unknown option $1" >&2; usage ;;
+  esac
+done
+for v in "$runs" "$budget" "$real_max" "$key_bits" "$start_timeout"; do
+  [[ $v =~ ^[0-9]+$ ]] && [ "$v" -gt 0 ] || { echo "peer.sh: expected a positive integer, got '$v'" >&2; exit 2; }
+done
+IFS=, read -r -a count_list <<< "$counts"
+IFS=, read -r -a master_list <<< "$masters"
+for n in "${count_list[@]}"; do
+  [[ $n =~ ^[0-9]+$ ]] && [ "$n" -gt 0 ] || { echo "peer.sh: bad count '$n'" >&2; exit 2; }
+done
+for m in "${master_list[@]}"; do
+  case $m in halite|stock) ;; *) echo "peer.sh: bad master '$m' (halite, stock)" >&2; exit 2 ;; esac
+done
+if [[ " ${master_list[*]} " == *" stock "* ]] && [ ! -x "$venv/bin/salt-master" ]; then
+  echo "peer.sh: no stock Salt in $venv (set HALITE_SALT_VENV)" >&2; exit 2
+fi
+
+mkdir -p "$results/logs"
+progress=$results/progress.log
+log() { echo "[$(date +%H:%M:%S)] $*" | tee -a "$progress" >&2; }
+
+if [ "$build" = 1 ]; then
+  cargo build --release --locked -p halite-master -p halite-minion -p halite-call \
+    -p halite-cli -p halite-swarm
+fi
+needed=()
+[[ " ${master_list[*]} " == *" halite "* ]] && needed+=(halite-master halite-minion halite-call halite)
+for n in "${count_list[@]}"; do [ "$n" -gt "$real_max" ] && needed+=(halite-swarm); done
+for b in "${needed[@]}"; do
+  [ -x "$bin/$b" ] || { echo "peer.sh: $bin/$b is missing (build, or drop --no-build)" >&2; exit 2; }
+done
+
+{
+  echo "date: $(date -Is)"
+  if git -C "$repo" rev-parse --git-dir >/dev/null 2>&1; then
+    echo "commit: $(git -C "$repo" rev-parse --short HEAD)"
+    echo "worktree: $(git -C "$repo" status --porcelain | wc -l) changed paths, diff sha1 $(git -C "$repo" diff HEAD | sha1sum | cut -c1-12) (uncommitted work is part of what was measured)"
+  else
+    echo "commit: ${HALITE_COMMIT:-unknown} (not a git checkout: $repo)"
+  fi
+  echo "kernel: $(uname -r)"
+  echo "cpus: $(nproc)"
+  grep -m1 'model name' /proc/cpuinfo || true
+  free -m | sed -n 2p
+  echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
+  echo "RLIMIT_NOFILE: soft $(ulimit -Sn) hard $(ulimit -Hn)"
+  echo "salt: $("$venv/bin/python" -c 'import salt.version; print(salt.version.__version__)' 2>/dev/null || echo none)"
+  echo "run directories: ${HALITE_TEMP_BASE:-${TMPDIR:-/tmp}}"
+  echo "args: --counts $counts --runs $runs --budget $budget --masters $masters --real-max $real_max --swarm-key-bits $key_bits"
+} > "$results/machine.txt"
+
+work=$(mktemp -d "${HALITE_TEMP_BASE:-${TMPDIR:-/tmp}}/halite-peer.XXXXXX")
+pids=()
+helper_pid=
+
+# helper ARGS...: runs peer_calls.py in the background and waits for it, so that a signal
+# reaches this script's trap at once; the trap stops the helper (which kills its call).
+helper() {
+  local rc=0
+  "$py" "$helper_py" "$@" &
+  helper_pid=$!
+  wait "$helper_pid" || rc=$?
+  helper_pid=
+  return "$rc"
+}
+
+descendants() {
+  local p c
+  for p in "$@"; do
+    for c in $(cat /proc/"$p"/task/*/children 2>/dev/null); do
+      echo "$c"; descendants "$c"
+    done
+  done
+}
+
+alive() {
+  local p
+  for p in "$@"; do
+    [ -d /proc/"$p" ] && ! grep -q '^State:.*Z' /proc/"$p"/status 2>/dev/null && return 0
+  done
+  return 1
+}
+
+# Stops every process started by start_bg: SIGTERM to each one's process group and
+# descendants, SIGKILL to what is left after 8 s.
+stop_all() {
+  [ ${#pids[@]} -gt 0 ] || return 0
+  local all=("${pids[@]}") p i
+  for p in "${pids[@]}"; do all+=($(descendants "$p")); done
+  for p in "${pids[@]}"; do kill -TERM -- -"$p" 2>/dev/null || true; done
+  kill -TERM "${all[@]}" 2>/dev/null || true
+  for i in $(seq 1 80); do alive "${all[@]}" || break; sleep 0.1; done
+  for p in "${pids[@]}"; do kill -KILL -- -"$p" 2>/dev/null || true; done
+  kill -KILL "${all[@]}" 2>/dev/null || true
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  pids=()
+}
+
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  if [ -n "$helper_pid" ]; then
+    kill -TERM "$helper_pid" 2>/dev/null || true
+    wait "$helper_pid" 2>/dev/null || true
+  fi
+  stop_all
+  # Run directories go only now, as halite-bench does: deleting many files makes later
+  # file creation slower on this ext4 (see BENCHMARKS.md, "Machine").
+  rm -rf "$work"
+  sync
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# start_bg NAME DIR CMD...: CMD in its own session, output in DIR/NAME.out and .err.
+start_bg() {
+  local name=$1 dir=$2; shift 2
+  setsid "$@" >"$dir/$name.out" 2>"$dir/$name.err" </dev/null &
+  pids+=($!)
+}
+
+write_master_config() {
+  local conf=$1 root=$2 pub=$3 ret=$4
+  mkdir -p "$conf" "$root"/{pki,cache,sock,log,run,srv/salt,srv/pillar}
+  cat > "$conf/master" <<CONF
+interface: 127.0.0.1
+publish_port: $pub
+ret_port: $ret
+user: $(id -un)
+root_dir: $root
+pki_dir: $root/pki
+cachedir: $root/cache
+sock_dir: $root/sock
+pidfile: $root/run/salt-master.pid
+log_file: $root/log/master
+key_logfile: $root/log/key
+log_level: warning
+log_level_logfile: info
+auto_accept: True
+peer:
+  .*:
+    - .*
+peer_run:
+  .*:
+    - manage.*
+file_roots:
+  base:
+    - $root/srv/salt
+pillar_roots:
+  base:
+    - $root/srv/pillar
+CONF
+}
+
+write_minion_config() {
+  local dir=$1 id=$2 ret=$3
+  mkdir -p "$dir"/{pki,cache,sock,log,run}
+  cat > "$dir/minion" <<CONF
+id: $id
+master: 127.0.0.1
+master_port: $ret
+user: $(id -un)
+root_dir: $dir
+pki_dir: $dir/pki
+cachedir: $dir/cache
+sock_dir: $dir/sock
+pidfile: $dir/run/salt-minion.pid
+log_file: $dir/log/minion
+log_level: warning
+log_level_logfile: info
+CONF
+}
+
+# master_tree_cpu PID: utime+stime (s) of PID and its descendants.
+master_tree_cpu() {
+  local tck p
+  tck=$(getconf CLK_TCK)
+  for p in "$1" $(descendants "$1"); do
+    awk -v t="$tck" '{sub(/^.*\) /, ""); print ($12+$13)/t}' /proc/"$p"/stat 2>/dev/null
+  done | awk '{s+=$1} END{printf "%.2f\n", s}'
+}
+
+# scenario MASTER N: start, wait for every minion, measure. Returns 1 (and leaves the
+# processes to the caller's stop_all) when the set-up does not come up in time.
+scenario() {
+  local master=$1 n=$2 dir pub ret nreal nswarm k mpid cpu0 cpu1 t0
+  dir=$work/$master-$n
+  mkdir -p "$dir/procs"
+  read -r pub ret < <("$py" "$helper_py" ports 2 | paste -sd' ')
+  write_master_config "$dir/master-conf" "$dir/master-root" "$pub" "$ret"
+  if [ "$n" -le "$real_max" ]; then nreal=$n; else nreal=1; fi
+  nswarm=$((n - nreal))
+  log "== $master master, N=$n ($nreal real minion(s), $nswarm swarm), ports $pub/$ret, load $(cut -d' ' -f1-3 /proc/loadavg)"
+  local master_cmd minion_cmd call_cmd cli_cmd
+  if [ "$master" = halite ]; then
+    master_cmd=("$bin/halite-master"); minion_cmd=("$bin/halite-minion")
+    call_cmd=$bin/halite-call; cli_cmd=("$bin/halite")
+  else
+    master_cmd=("$venv/bin/salt-master"); minion_cmd=("$venv/bin/salt-minion")
+    call_cmd=$venv/bin/salt-call; cli_cmd=("$venv/bin/salt")
+  fi
+  t0=$(date +%s.%N)
+  start_bg master "$dir/procs" "${master_cmd[@]}" -c "$dir/master-conf"
+  mpid=${pids[-1]}
+  helper wait-port "$ret" 60 || { log "$master master did not listen"; return 1; }
+  for k in $(seq 0 $((nreal - 1))); do
+    write_minion_config "$dir/minion-$k" "minion-$k" "$ret"
+    start_bg "minion-$k" "$dir/procs" "${minion_cmd[@]}" -c "$dir/minion-$k"
+    sleep 0.1
+  done
+  if [ "$nswarm" -gt 0 ]; then
+    start_bg swarm "$dir/procs" "$bin/halite-swarm" --count "$nswarm" --id-prefix swarm- \
+      --master "127.0.0.1:$ret" --key-bits "$key_bits" --log-level warn
+    helper wait-swarm "$dir/procs/swarm.out" "$start_timeout" || return 1
+  fi
+  helper wait-ping "$n" "$start_timeout" -- \
+    "${cli_cmd[@]}" -c "$dir/master-conf" '*' test.ping --out json --static -t 10 || return 1
+  log "all $n minions answer after $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b - a}') s"
+  cpu0=$(master_tree_cpu "$mpid")
+  helper measure --master "$master" --count "$n" --runs "$runs" --budget "$budget" \
+    --call "$call_cmd" --config "$dir/minion-0" --out "$results/results.jsonl" \
+    2> >(tee -a "$progress" >&2)
+  cpu1=$(master_tree_cpu "$mpid")
+  log "master CPU during the calls: $(awk -v a="$cpu0" -v b="$cpu1" 'BEGIN{printf "%.2f", b - a}') s (process tree)"
+}
+
+# keep_logs MASTER N: the master's log, minion-0's, and the processes' outputs.
+keep_logs() {
+  local dir=$work/$1-$2 to=$results/logs/$1-$2
+  mkdir -p "$to"
+  cp "$dir/master-root/log/master" "$dir/minion-0/log/minion" "$to/" 2>/dev/null || true
+  cp "$dir"/procs/* "$to/" 2>/dev/null || true
+}
+
+for n in "${count_list[@]}"; do
+  for m in "${master_list[@]}"; do
+    scenario "$m" "$n" || log "!! $m master, N=$n: set-up failed; logs in $results/logs/$m-$n"
+    stop_all
+    keep_logs "$m" "$n"
+  done
+done
+echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)" >> "$results/machine.txt"
+"$py" "$helper_py" table "$results/results.jsonl" | tee "$results/table.md"
+echo "results in $results"
