@@ -112,32 +112,36 @@ impl Acl {
     /// dropped, for a value that is not a list) and reported in the warnings.
     pub fn parse(value: &Value, matching: Matching, label: &str) -> (Acl, Vec<ParseWarning>) {
         let mut warnings = Vec::new();
-        let mut acl = Acl {
-            matching,
-            ..Acl::default()
-        };
-        acl.extend_from(value, label, None, &mut warnings);
+        let mut acl = Acl::empty(matching);
+        match value {
+            Value::Array(items) => acl.extend_from(items, label, None, &mut warnings),
+            other => warnings.push(ParseWarning {
+                location: label.to_owned(),
+                message: format!(
+                    "not a list ({}); it grants nothing",
+                    shorten(&repr_of(other))
+                ),
+            }),
+        }
         (acl, warnings)
     }
 
-    /// Appends the entries of the list `value`.
+    /// An ACL without entries, matching patterns by `matching`.
+    pub(crate) fn empty(matching: Matching) -> Acl {
+        Acl {
+            matching,
+            ..Acl::default()
+        }
+    }
+
+    /// Appends the entries of the list `items` (`label`).
     pub(crate) fn extend_from(
         &mut self,
-        value: &Value,
+        items: &[Value],
         label: &str,
         origin: Option<&Arc<str>>,
         warnings: &mut Vec<ParseWarning>,
     ) {
-        let Value::Array(items) = value else {
-            warnings.push(ParseWarning {
-                location: label.to_owned(),
-                message: format!(
-                    "not a list ({}); it grants nothing",
-                    shorten(&repr_of(value))
-                ),
-            });
-            return;
-        };
         for (n, item) in items.iter().enumerate() {
             let location = format!("{label}[{n}]");
             let kind = parse_entry(item, &location, self.matching, warnings);
@@ -458,7 +462,7 @@ fn parse_arg_spec(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::json;
+    use crate::testutil::{json, note_texts};
 
     fn parse(text: &str) -> (Acl, Vec<ParseWarning>) {
         Acl::parse(&json(text), Matching::Full, "acl")
@@ -580,11 +584,7 @@ mod tests {
         let (acl, _) = parse(
             r#"["test.*", "cmd.run", "@runner", {"web*": ["pkg.install$", {"cmd.run": {"args": ["ls", null], "kwargs": {"cwd": "/tmp"}}}]}]"#,
         );
-        let notes: Vec<String> = acl
-            .differing_patterns()
-            .iter()
-            .map(|n| format!("{}={}", n.location, n.pattern))
-            .collect();
+        let notes = note_texts(&acl.differing_patterns());
         assert_eq!(
             notes,
             [

@@ -55,6 +55,104 @@ fn id_matches(pattern: &Pattern, id: &str) -> bool {
     pattern.is_match(id) == Ok(true)
 }
 
+/// The mode note of a minion id regex, if its meaning differs between the modes.
+fn id_note(out: &mut Vec<ModeNote>, id: &Pattern, location: &str, matching: Matching) {
+    note_if_differs(out, id, location, PatternKind::MinionId, matching);
+}
+
+/// One key of an id-keyed option whose value is a list.
+struct IdList<'v> {
+    /// The minion id regex.
+    id: Pattern,
+    /// Where the key is, for warnings (`peer['web.*']`).
+    location: String,
+    /// The list.
+    items: &'v [Value],
+}
+
+/// Parses an id-keyed option (`peer`, `peer_run`): `key` makes the key of each entry
+/// whose value is a list, in order. Keys that are not strings and values that are not
+/// lists are reported and skipped, as Salt ignores them.
+fn parse_id_lists<K>(
+    value: &Value,
+    option: &str,
+    matching: Matching,
+    key: fn(IdList<'_>, Matching, &mut Vec<ParseWarning>) -> K,
+) -> (Vec<K>, Vec<ParseWarning>) {
+    let mut warnings = Vec::new();
+    let mut keys = Vec::new();
+    for (id_value, list) in id_map(value, option, &mut warnings) {
+        let Some((id, location)) = id_key(id_value, option, matching, &mut warnings) else {
+            continue;
+        };
+        let Value::Array(items) = list else {
+            warnings.push(ParseWarning {
+                location,
+                message: "the value is not a list; ignored".to_owned(),
+            });
+            continue;
+        };
+        let list = IdList {
+            id,
+            location,
+            items,
+        };
+        keys.push(key(list, matching, &mut warnings));
+    }
+    (keys, warnings)
+}
+
+/// The key of a `peer` entry: its list is an ACL.
+fn peer_key(list: IdList<'_>, matching: Matching, warnings: &mut Vec<ParseWarning>) -> PeerKey {
+    let IdList {
+        id,
+        location,
+        items,
+    } = list;
+    let mut acl = Acl::empty(matching);
+    let origin: Arc<str> = Arc::from(id.source());
+    acl.extend_from(items, &location, Some(&origin), warnings);
+    PeerKey {
+        id: Arc::new(id),
+        location,
+        acl,
+    }
+}
+
+/// The key of a `peer_run` entry: its list holds runner function regexes.
+fn runner_key(list: IdList<'_>, matching: Matching, warnings: &mut Vec<ParseWarning>) -> RunnerKey {
+    let location = list.location;
+    let funs = list
+        .items
+        .iter()
+        .enumerate()
+        .map(|(n, item)| {
+            let at = format!("{location}[{n}]");
+            let pattern = match pyvalue::text(item) {
+                Some(s) => Some(compile(s, &at, matching, warnings)),
+                None => {
+                    warnings.push(ParseWarning {
+                        location: at.clone(),
+                        message: "not a runner function regex; ignored".to_owned(),
+                    });
+                    None
+                }
+            };
+            RunnerFun {
+                pattern,
+                text: Arc::from(shorten(&repr_of(item))),
+                location: at,
+            }
+        })
+        .collect();
+    RunnerKey {
+        origin: Arc::from(list.id.source()),
+        id: list.id,
+        location,
+        funs,
+    }
+}
+
 /// The `peer` option: `{minion_id_regex: [acl entries]}`.
 #[derive(Debug, Clone, Default)]
 pub struct PeerAcl {
@@ -75,31 +173,7 @@ impl PeerAcl {
     /// string or not a valid regex (Salt raises on every peer request then); each is
     /// reported.
     pub fn parse(value: &Value, matching: Matching) -> (PeerAcl, Vec<ParseWarning>) {
-        let mut warnings = Vec::new();
-        let mut keys = Vec::new();
-        for (key, list) in id_map(value, "peer", &mut warnings) {
-            let Some((id, location)) = id_key(key, "peer", matching, &mut warnings) else {
-                continue;
-            };
-            if !matches!(list, Value::Array(_)) {
-                warnings.push(ParseWarning {
-                    location,
-                    message: "the value is not a list; ignored".to_owned(),
-                });
-                continue;
-            }
-            let mut acl = Acl {
-                matching,
-                ..Acl::default()
-            };
-            let origin: Arc<str> = Arc::from(id.source());
-            acl.extend_from(list, &location, Some(&origin), &mut warnings);
-            keys.push(PeerKey {
-                id: Arc::new(id),
-                location,
-                acl,
-            });
-        }
+        let (keys, warnings) = parse_id_lists(value, "peer", matching, peer_key);
         (PeerAcl { keys, matching }, warnings)
     }
 
@@ -112,10 +186,7 @@ impl PeerAcl {
     /// concatenated in configuration order (Salt's `perms.extend`). Entry indices in
     /// decisions refer to this merged list; each entry remembers its key.
     pub fn for_minion(&self, id: &str) -> Acl {
-        let mut acl = Acl {
-            matching: self.matching,
-            ..Acl::default()
-        };
+        let mut acl = Acl::empty(self.matching);
         for key in &self.keys {
             if id_matches(&key.id, id) {
                 acl.entries.extend(key.acl.entries.iter().cloned());
@@ -140,13 +211,7 @@ impl PeerAcl {
     pub fn differing_patterns(&self) -> Vec<ModeNote> {
         let mut out = Vec::new();
         for key in &self.keys {
-            note_if_differs(
-                &mut out,
-                &key.id,
-                &key.location,
-                PatternKind::MinionId,
-                self.matching,
-            );
+            id_note(&mut out, &key.id, &key.location, self.matching);
             out.extend(key.acl.differing_patterns());
         }
         out
@@ -181,54 +246,8 @@ impl RunnerAcl {
     /// key whose value is not a list is ignored (as Salt does); keys and entries that are
     /// not strings, and invalid regexes, never match (Salt raises on every request then).
     pub fn parse(value: &Value, matching: Matching) -> (RunnerAcl, Vec<ParseWarning>) {
-        let mut warnings = Vec::new();
-        let mut keys = Vec::new();
-        for (key, list) in id_map(value, "peer_run", &mut warnings) {
-            let Some((id, location)) = id_key(key, "peer_run", matching, &mut warnings) else {
-                continue;
-            };
-            let Value::Array(items) = list else {
-                warnings.push(ParseWarning {
-                    location,
-                    message: "the value is not a list; ignored".to_owned(),
-                });
-                continue;
-            };
-            let funs = items
-                .iter()
-                .enumerate()
-                .map(|(n, item)| {
-                    let at = format!("{location}[{n}]");
-                    let pattern = match pyvalue::text(item) {
-                        Some(s) => Some(compile(s, &at, matching, &mut warnings)),
-                        None => {
-                            warnings.push(ParseWarning {
-                                location: at.clone(),
-                                message: "not a runner function regex; ignored".to_owned(),
-                            });
-                            None
-                        }
-                    };
-                    RunnerFun {
-                        pattern,
-                        text: Arc::from(shorten(&repr_of(item))),
-                        location: at,
-                    }
-                })
-                .collect();
-            keys.push(RunnerKey {
-                origin: Arc::from(id.source()),
-                id,
-                location,
-                funs,
-            });
-        }
+        let (keys, warnings) = parse_id_lists(value, "peer_run", matching, runner_key);
         (RunnerAcl { keys, matching }, warnings)
-    }
-
-    /// Whether no minion may run anything.
-    pub fn is_empty(&self) -> bool {
-        self.keys.iter().all(|k| k.funs.is_empty())
     }
 
     /// Salt's `minion_runner` check: may minion `id` run runner function `fun`? The
@@ -276,18 +295,17 @@ impl RunnerAcl {
         }
     }
 
+    /// Whether no minion may run anything.
+    pub fn is_empty(&self) -> bool {
+        self.keys.iter().all(|k| k.funs.is_empty())
+    }
+
     /// Every valid pattern (id keys and runner function regexes) whose meaning differs
     /// between [`Matching::Full`] and [`Matching::Prefix`].
     pub fn differing_patterns(&self) -> Vec<ModeNote> {
         let mut out = Vec::new();
         for key in &self.keys {
-            note_if_differs(
-                &mut out,
-                &key.id,
-                &key.location,
-                PatternKind::MinionId,
-                self.matching,
-            );
+            id_note(&mut out, &key.id, &key.location, self.matching);
             for entry in &key.funs {
                 if let Some(p) = &entry.pattern {
                     note_if_differs(
@@ -307,7 +325,7 @@ impl RunnerAcl {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testutil::{json, FakeTargets};
+    use crate::testutil::{json, note_texts, FakeTargets};
 
     const SEED_000: &str =
         r#"{".*example.com": ["test.*", "ps.*", "pkg.*"], ".*foo.org": ["test.*"]}"#;
@@ -474,11 +492,7 @@ mod tests {
             Matching::Full,
         )
         .0;
-        let notes: Vec<String> = r
-            .differing_patterns()
-            .iter()
-            .map(|n| format!("{}={}", n.location, n.pattern))
-            .collect();
+        let notes = note_texts(&r.differing_patterns());
         assert_eq!(
             notes,
             ["peer_run['web1']=web1", "peer_run['web1'][1]=jobs.list"]

@@ -1,4 +1,5 @@
-//! Test helpers: JSON-written values and a [`Targets`] over a fixed set of minions.
+//! Test helpers: JSON-written values (`halite_target`'s), a [`Targets`] over a fixed set
+//! of minions, and mode notes as text.
 
 use std::borrow::Cow;
 use std::cell::RefCell;
@@ -7,28 +8,16 @@ use std::collections::{BTreeMap, BTreeSet};
 use halite_target::{Bank, CkMinions, MinionDataCache, RegexCache};
 use rmpv::Value;
 
-use crate::Targets;
+use crate::{ModeNote, Targets};
 
-/// A msgpack value written as JSON (objects keep their order).
-pub(crate) fn json(text: &str) -> Value {
-    fn conv(v: &serde_json::Value) -> Value {
-        match v {
-            serde_json::Value::Null => Value::Nil,
-            serde_json::Value::Bool(b) => Value::Boolean(*b),
-            serde_json::Value::Number(n) => match n.as_i64() {
-                Some(i) => Value::from(i),
-                None => Value::F64(n.as_f64().unwrap_or(f64::NAN)),
-            },
-            serde_json::Value::String(s) => Value::from(s.as_str()),
-            serde_json::Value::Array(a) => Value::Array(a.iter().map(conv).collect()),
-            serde_json::Value::Object(o) => Value::Map(
-                o.iter()
-                    .map(|(k, v)| (Value::from(k.as_str()), conv(v)))
-                    .collect(),
-            ),
-        }
-    }
-    conv(&serde_json::from_str(text).expect("test JSON"))
+pub(crate) use halite_target::testutil::json;
+
+/// Each note as `location=pattern`.
+pub(crate) fn note_texts(notes: &[ModeNote]) -> Vec<String> {
+    notes
+        .iter()
+        .map(|n| format!("{}={}", n.location, n.pattern))
+        .collect()
 }
 
 /// Accepted minions with grains and pillar, expanded by `halite_target`'s `CkMinions`;

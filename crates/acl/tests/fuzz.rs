@@ -191,7 +191,7 @@ fn mutated_table_cases_never_panic_and_full_stays_stricter() {
 #[test]
 fn deeply_nested_and_huge_arguments_are_denied_not_rendered() {
     let (acl, _) = Acl::parse(
-        &common::to_value(
+        &common::from_json(
             &serde_json::json!([{"*": [{"test.arg": {"args": [".*"], "kwargs": {"k": ".*"}}}]}]),
         ),
         Matching::Full,

@@ -59,3 +59,14 @@ impl ExecError {
         }
     }
 }
+
+impl From<halite_pycall::CallError> for ExecError {
+    fn from(err: halite_pycall::CallError) -> ExecError {
+        use halite_pycall::CallError;
+        match err {
+            CallError::TypeError(message) => ExecError::TypeError(message),
+            CallError::InvalidKwargs(_) => ExecError::SaltInvocation(err.to_string()),
+            CallError::Exception { kind, message } => ExecError::Exception { kind, message },
+        }
+    }
+}

@@ -16,7 +16,8 @@
 //!   `SaltInvocationError` (`ERROR executing '...': ...`) and any other exception.
 //! * Signatures and docstrings come from the stock sources (`tools/gen_specs.py`
 //!   generates `specs.rs`), so argument names, defaults, `sys.doc` and `sys.argspec`
-//!   are Salt's.
+//!   are Salt's. The binding itself, the Python value helpers it needs and the
+//!   docstring cleaning are `halite-pycall`'s, shared with the runners.
 //! * [`core_grains`] computes the core grains on Linux as `salt/grains/core.py` does,
 //!   with the static `grains` option merged over them.
 //!

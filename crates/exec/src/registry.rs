@@ -2,11 +2,11 @@
 //! `_thread_multi_return` / `_execute_job_function` of Salt 3008.3.
 
 use std::cell::Cell;
-use std::collections::BTreeMap;
 
+use halite_pycall::Table;
 use rmpv::Value;
 
-use crate::args::{bind, load_args_and_kwargs, Call, Kwargs};
+use crate::args::{load_args_and_kwargs, Call, Kwargs};
 use crate::error::ExecError;
 use crate::modules;
 use crate::pyval::{py_eq, py_str, text, truthy};
@@ -52,13 +52,13 @@ impl Invocation<'_> {
         args: Vec<Value>,
         kwargs: Kwargs,
     ) -> Result<Value, ExecError> {
-        let Some(entry) = self.registry.entries.get(name) else {
+        let Some(entry) = self.registry.functions.get(name) else {
             return Err(ExecError::exception(
                 "KeyError",
                 crate::pyval::repr_str(name),
             ));
         };
-        let call = bind(entry.spec, args, kwargs)?;
+        let call = entry.spec.bind(args, kwargs)?;
         let mut inner = Invocation {
             ctx: self.ctx,
             registry: self.registry,
@@ -90,16 +90,9 @@ struct Entry {
 }
 
 /// The execution modules a minion offers, by `module.function` name.
+#[derive(Debug)]
 pub struct Registry {
-    entries: BTreeMap<&'static str, Entry>,
-}
-
-impl std::fmt::Debug for Registry {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Registry")
-            .field("functions", &self.entries.keys().collect::<Vec<_>>())
-            .finish()
-    }
+    functions: Table<Entry>,
 }
 
 /// What one function call produced, before it is put in a [`JobReturn`].
@@ -120,11 +113,11 @@ impl Registry {
     /// Every module Halite ships: `test`, `cmd`, `event`, `grains`, `publish`, `sys`,
     /// `saltutil`, `status`.
     pub fn builtin() -> Registry {
-        let mut entries = BTreeMap::new();
+        let mut functions = Table::default();
         for &(name, handler, outputter) in modules::exports() {
             match spec::find(name) {
                 Some(spec) => {
-                    entries.insert(
+                    functions.insert(
                         name,
                         Entry {
                             spec,
@@ -136,27 +129,27 @@ impl Registry {
                 None => tracing::error!("No signature for {}; it is not offered", name),
             }
         }
-        Registry { entries }
+        Registry { functions }
     }
 
     /// Whether `fun` (`module.function`) is offered.
     pub fn has(&self, fun: &str) -> bool {
-        self.entries.contains_key(fun)
+        self.functions.contains(fun)
     }
 
     /// Every function name, sorted.
     pub fn names(&self) -> Vec<String> {
-        self.entries.keys().map(|k| (*k).to_owned()).collect()
+        self.functions.names()
     }
 
     /// The raw docstring of `fun`.
     pub(crate) fn doc(&self, fun: &str) -> Option<&'static str> {
-        self.entries.get(fun).and_then(|e| e.spec.doc)
+        self.functions.get(fun).and_then(|e| e.spec.doc)
     }
 
     /// The spec of every function, sorted by name.
     pub(crate) fn specs(&self) -> impl Iterator<Item = &'static FunSpec> + '_ {
-        self.entries.values().map(|e| e.spec)
+        self.functions.iter().map(|(_, e)| e.spec)
     }
 
     /// Runs a job: `fun` is a function name, or a list of names for a multi-function
@@ -213,7 +206,7 @@ impl Registry {
 
     /// `_thread_return` up to the retcode: look the function up, bind, run.
     fn run_one(&self, ctx: &Context, name: &str, arg: &Value) -> Outcome {
-        let Some(entry) = self.entries.get(name) else {
+        let Some(entry) = self.functions.get(name) else {
             return Outcome::Missing(self.missing(name));
         };
         let retcode = Cell::new(0);
@@ -252,7 +245,7 @@ impl Registry {
         };
         let (args, kwargs) = load_args_and_kwargs(entry.spec, args, ctx.pub_data.as_ref())?;
         retcode.set(0);
-        let call = bind(entry.spec, args, kwargs)?;
+        let call = entry.spec.bind(args, kwargs)?;
         let mut inv = Invocation {
             ctx,
             registry: self,
@@ -287,7 +280,7 @@ impl Registry {
                 Value::Array(lists) => lists.get(ind).cloned(),
                 _ => None,
             };
-            let result = match (fun_args, self.entries.get(name.as_str())) {
+            let result = match (fun_args, self.functions.get(name.as_str())) {
                 (None, _) => Err(ExecError::exception(
                     "IndexError",
                     "list index out of range",

@@ -3,9 +3,12 @@
 //! The table itself (`specs.rs`) is generated from the stock Salt sources by
 //! `tools/gen_specs.py`, so parameter names, defaults and docstrings are Salt's own.
 
+use halite_pycall::{Call, CallError, Kwargs, Signature};
 use rmpv::Value;
 
 use crate::specs::SPECS;
+
+pub(crate) use halite_pycall::spec::{default_shell, Param, ParamDefault};
 
 /// The signature and docstring of one execution-module function.
 #[derive(Debug)]
@@ -25,54 +28,22 @@ pub(crate) struct FunSpec {
     pub doc: Option<&'static str>,
 }
 
-/// One positional-or-keyword parameter.
-#[derive(Debug)]
-pub(crate) struct Param {
-    /// The parameter name.
-    pub name: &'static str,
-    /// Its default, if it has one (a parameter without one is required).
-    pub default: Option<ParamDefault>,
-}
-
-/// A parameter default, as a Python literal.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum ParamDefault {
-    /// `None`.
-    None,
-    /// `True` / `False`.
-    Bool(bool),
-    /// An integer.
-    Int(i64),
-    /// A string.
-    Str(&'static str),
-    /// `cmdmod.DEFAULT_SHELL`: `$SHELL`, else `/bin/sh`.
-    Shell,
-}
-
-impl ParamDefault {
-    /// The default as a value.
-    pub fn value(self) -> Value {
-        match self {
-            ParamDefault::None => Value::Nil,
-            ParamDefault::Bool(b) => Value::Boolean(b),
-            ParamDefault::Int(i) => Value::from(i),
-            ParamDefault::Str(s) => Value::from(s),
-            ParamDefault::Shell => Value::from(default_shell()),
-        }
+impl FunSpec {
+    /// Python's binding of `func(*args, **kwargs)`, with CPython 3.11's error texts.
+    pub fn bind(&self, args: Vec<Value>, kwargs: Kwargs) -> Result<Call, CallError> {
+        let signature = Signature {
+            pyname: self.pyname,
+            params: self.params,
+            varargs: self.varargs,
+            kwargs: self.kwargs,
+        };
+        halite_pycall::bind(&signature, args, kwargs)
     }
-}
-
-/// `salt.grains.extra.shell()`: the minion's `$SHELL`, else `/bin/sh`.
-pub(crate) fn default_shell() -> String {
-    std::env::var("SHELL").unwrap_or_else(|_| "/bin/sh".to_owned())
 }
 
 /// The spec of `name`, if Halite implements it.
 pub(crate) fn find(name: &str) -> Option<&'static FunSpec> {
-    SPECS
-        .binary_search_by(|spec| spec.name.cmp(name))
-        .ok()
-        .map(|i| &SPECS[i])
+    halite_pycall::find(SPECS, name, |spec| spec.name)
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 
 use halite_exec::{core_grains, Context, JobHandle, NoJobs, Registry, Value};
+use halite_target::testutil::from_json;
 use serde_json::Value as Json;
 
 /// A program of the stock Salt venv (`halite_testkit::salt_venv`: fails the test with
@@ -57,25 +58,6 @@ fn to_json(v: &Value) -> Json {
                 .collect(),
         ),
         Value::Ext(_, _) => Json::Null,
-    }
-}
-
-fn from_json(j: &Json) -> Value {
-    match j {
-        Json::Null => Value::Nil,
-        Json::Bool(b) => Value::Boolean(*b),
-        Json::Number(n) => n
-            .as_i64()
-            .map(Value::from)
-            .or_else(|| n.as_u64().map(Value::from))
-            .unwrap_or_else(|| Value::F64(n.as_f64().unwrap_or(0.0))),
-        Json::String(s) => Value::from(s.as_str()),
-        Json::Array(items) => Value::Array(items.iter().map(from_json).collect()),
-        Json::Object(map) => Value::Map(
-            map.iter()
-                .map(|(k, v)| (Value::from(k.as_str()), from_json(v)))
-                .collect(),
-        ),
     }
 }
 
@@ -135,28 +117,10 @@ fn check(label: &str, how: Compare, stock: &Json, ours: &Json) {
 
 fn stock_returns(dir: &Path, jobs: &Json) -> Vec<Json> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/stock_minion.py");
-    let mut child = Command::new(venv_bin("python"))
-        .arg(&script)
-        .arg(dir)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run the stock harness");
-    {
-        use std::io::Write;
-        let mut stdin = child.stdin.take().expect("stdin");
-        stdin
-            .write_all(jobs.to_string().as_bytes())
-            .expect("write jobs");
+    match halite_testkit::run_stock_harness(&script, [dir], jobs) {
+        Json::Array(returns) => returns,
+        other => panic!("the stock harness printed {other}, not a list"),
     }
-    let out = child.wait_with_output().expect("stock harness output");
-    assert!(
-        out.status.success(),
-        "stock harness failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("stock harness prints JSON")
 }
 
 #[test]
@@ -528,16 +492,9 @@ fn multi_function_returns_match_the_stock_minion() {
 
 #[test]
 fn specs_match_stock_salt() {
-    let out = Command::new(venv_bin("python"))
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/gen_specs.py"))
-        .stderr(Stdio::null())
-        .output()
-        .expect("run gen_specs.py");
-    assert!(out.status.success(), "gen_specs.py failed");
-    let committed = include_str!("../src/specs.rs");
-    assert!(
-        String::from_utf8_lossy(&out.stdout) == committed,
-        "src/specs.rs is stale: regenerate it with tools/gen_specs.py"
+    halite_testkit::assert_generated_from_stock(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/gen_specs.py"),
+        include_str!("../src/specs.rs"),
     );
 }
 

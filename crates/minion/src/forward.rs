@@ -43,6 +43,7 @@ use crate::channel::{Channel, EncodedLoad};
 use crate::shutdown::Shutdown;
 use crate::Error;
 use halite_bus::Event;
+use halite_proto::event::MINION_EVENT_BLACKLIST;
 use halite_proto::value;
 use halite_proto::Value;
 use halite_target::fnmatch::fnmatch;
@@ -76,19 +77,6 @@ pub const DROP_LOG_INTERVAL: Duration = Duration::from_secs(1);
 
 /// How often the sender looks at the stop signal while it waits.
 const WAIT_SLICE: Duration = Duration::from_millis(250);
-
-/// Tags a stock master does not fire for list-form events (`masterapi.MINION_EVENT_BLACKLIST`).
-const MINION_EVENT_BLACKLIST: &[&str] = &[
-    "salt/job/*/publish",
-    "salt/job/*/new",
-    "salt/job/*/return",
-    "salt/key",
-    "salt/cloud/*",
-    "salt/run/*",
-    "salt/cluster/*",
-    "salt/wheel/*/new",
-    "salt/wheel/*/return",
-];
 
 /// One event waiting for the master, its parts already msgpack-encoded.
 #[derive(Debug, Clone, PartialEq)]

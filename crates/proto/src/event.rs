@@ -16,6 +16,23 @@ use std::fmt::Write as _;
 /// Separator between tag and data (`TAGEND`).
 pub const TAGEND: &[u8] = b"\n\n";
 
+/// Tags a minion may not fire on the master bus: Salt 3008.3's
+/// `salt/daemons/masterapi.py · MINION_EVENT_BLACKLIST` (whose repeats of `salt/run/*` and
+/// `salt/cloud/*` are dropped here), fnmatch patterns against which the master's
+/// `valid_minion_tag` checks each tag of a `_minion_event`. Every pattern starts with
+/// `salt/`, so a tag without that prefix needs no matching.
+pub const MINION_EVENT_BLACKLIST: &[&str] = &[
+    "salt/job/*/publish",
+    "salt/job/*/new",
+    "salt/job/*/return",
+    "salt/key",
+    "salt/cloud/*",
+    "salt/run/*",
+    "salt/cluster/*",
+    "salt/wheel/*/new",
+    "salt/wheel/*/return",
+];
+
 /// Packs an event body.
 pub fn pack_event(tag: &str, data: &Value) -> Vec<u8> {
     let mut out = Vec::with_capacity(tag.len() + 2 + 64);

@@ -40,3 +40,14 @@ impl RunnerError {
         }
     }
 }
+
+impl From<halite_pycall::CallError> for RunnerError {
+    fn from(err: halite_pycall::CallError) -> RunnerError {
+        use halite_pycall::CallError;
+        match err {
+            CallError::TypeError(message) => RunnerError::TypeError(message),
+            CallError::InvalidKwargs(list) => RunnerError::InvalidKwargs(list.join(", ")),
+            CallError::Exception { kind, message } => RunnerError::Exception { kind, message },
+        }
+    }
+}

@@ -21,6 +21,8 @@
 //!   and `jobs.active` are built, ends as soon as every expected minion has answered.
 //! * Signatures and docstrings come from the stock sources (`tools/gen_specs.py`
 //!   generates `specs.rs`), so argument names, defaults and `salt-run -d` are Salt's.
+//!   The binding itself, the Python value helpers it needs and the docstring cleaning
+//!   are `halite-pycall`'s, shared with the execution modules.
 //!
 //! # What it does not do
 //!

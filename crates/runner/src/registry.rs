@@ -1,12 +1,12 @@
 //! The runner table and the run envelope: `SyncClientMixin.low` and the argument checks
 //! of `Runner.run` (Salt 3008.3 `client/mixins.py`, `runner.py`).
 
-use std::collections::BTreeMap;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use halite_pycall::{strip_rst, Table};
 use rmpv::Value;
 
-use crate::args::{bind, load_args_and_kwargs, Call};
+use crate::args::{load_args_and_kwargs, Call};
 use crate::error::RunnerError;
 use crate::modules;
 use crate::pyval::{get, map, text, truthy};
@@ -50,47 +50,40 @@ struct Entry {
 }
 
 /// The runners the master offers, by `module.function` name.
+#[derive(Debug)]
 pub struct Registry {
-    entries: BTreeMap<&'static str, Entry>,
-}
-
-impl std::fmt::Debug for Registry {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Registry")
-            .field("functions", &self.entries.keys().collect::<Vec<_>>())
-            .finish()
-    }
+    functions: Table<Entry>,
 }
 
 impl Registry {
     /// Every runner Halite ships: the `manage` and `jobs` functions listed by
     /// [`Registry::names`].
     pub fn builtin() -> Registry {
-        let mut entries = BTreeMap::new();
+        let mut functions = Table::default();
         for &(name, handler) in modules::exports() {
             match spec::find(name) {
                 Some(spec) => {
-                    entries.insert(name, Entry { spec, handler });
+                    functions.insert(name, Entry { spec, handler });
                 }
                 None => tracing::error!("No signature for runner {}; it is not offered", name),
             }
         }
-        Registry { entries }
+        Registry { functions }
     }
 
     /// Every runner name (`module.function`), sorted.
     pub fn names(&self) -> Vec<String> {
-        self.entries.keys().map(|k| (*k).to_owned()).collect()
+        self.functions.names()
     }
 
     /// Whether `fun` (`module.function`) is offered.
     pub fn contains(&self, fun: &str) -> bool {
-        self.entries.contains_key(fun)
+        self.functions.contains(fun)
     }
 
     /// The parameter names of `fun`, in order (`None` for an unknown runner).
     pub fn params(&self, fun: &str) -> Option<Vec<&'static str>> {
-        self.entries
+        self.functions
             .get(fun)
             .map(|e| e.spec.params.iter().map(|p| p.name).collect())
     }
@@ -112,10 +105,10 @@ impl Registry {
                 fun == p || fun.starts_with(&module)
             }
         };
-        self.entries
+        self.functions
             .iter()
             .filter(|(name, _)| selected(name))
-            .map(|(name, e)| ((*name).to_owned(), strip_rst(e.spec.doc)))
+            .map(|(name, e)| (name.to_owned(), strip_rst(e.spec.doc)))
             .collect()
     }
 
@@ -124,7 +117,7 @@ impl Registry {
     ///
     /// Never panics; every failure becomes the return Salt would give.
     pub fn run(&self, host: &dyn RunnerHost, call: &RunCall<'_>) -> RunOutcome {
-        let Some(entry) = self.entries.get(call.fun) else {
+        let Some(entry) = self.functions.get(call.fun) else {
             return refuse(host, call, &RunnerError::NotAvailable(call.fun.to_owned()));
         };
         let (args, kwargs) = match load_args_and_kwargs(entry.spec, &call.arg, &call.kwarg) {
@@ -147,14 +140,18 @@ impl Registry {
             Value::Map(data.clone()),
         );
 
-        let result = bind(entry.spec, args, kwargs).and_then(|bound| {
-            let inv = Invocation {
-                host,
-                call: bound,
-                jid: call.jid,
-            };
-            (entry.handler)(&inv)
-        });
+        let result = entry
+            .spec
+            .bind(args, kwargs)
+            .map_err(RunnerError::from)
+            .and_then(|bound| {
+                let inv = Invocation {
+                    host,
+                    call: bound,
+                    jid: call.jid,
+                };
+                (entry.handler)(&inv)
+            });
         let (ret, success, retcode) = match result {
             Ok(ret) => {
                 let success = match get(&ret, "data") {
@@ -321,34 +318,4 @@ fn store_job(host: &dyn RunnerHost, call: &RunCall<'_>, fun: &str, data: &Value)
             err
         );
     }
-}
-
-/// `salt.utils.doc.strip_rst` on one docstring.
-fn strip_rst(doc: &str) -> String {
-    let mut out = String::with_capacity(doc.len());
-    let mut rest = doc;
-    while let Some(pos) = rest.find(".. code-block:: ") {
-        let after = &rest[pos + ".. code-block:: ".len()..];
-        let word = after.find(char::is_whitespace).unwrap_or(after.len());
-        if word == 0 || !after[word..].starts_with('\n') {
-            out.push_str(&rest[..pos + 1]);
-            rest = &rest[pos + 1..];
-            continue;
-        }
-        let start = rest[..pos].trim_end_matches(' ').len();
-        out.push_str(&rest[..start]);
-        let mut tail = &after[word..];
-        for _ in 0..2 {
-            match tail.strip_prefix('\n') {
-                Some(t) => tail = t,
-                None => break,
-            }
-        }
-        rest = tail;
-    }
-    out.push_str(rest);
-    out.replace(".. note::", "Note:")
-        .replace(".. warning::", "Warning:")
-        .replace(".. versionadded::", "New in version")
-        .replace(".. versionchanged::", "Changed in version")
 }

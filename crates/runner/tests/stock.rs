@@ -4,30 +4,19 @@
 //! (`tests/stock_jobs.py`).
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use halite_config::MasterConfig;
 use halite_jobcache::{JobStore, RedbJobStore};
 use halite_runner::{PublishJob, Published, Registry, RunCall, RunnerHost, Value};
+use halite_target::testutil::from_json;
 use serde_json::{json, Value as Json};
-
-fn venv_python() -> std::path::PathBuf {
-    halite_testkit::salt_venv().join("bin").join("python")
-}
 
 #[test]
 fn specs_match_stock_salt() {
-    let out = Command::new(venv_python())
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/gen_specs.py"))
-        .stderr(Stdio::null())
-        .output()
-        .expect("run gen_specs.py");
-    assert!(out.status.success(), "gen_specs.py failed");
-    let committed = include_str!("../src/specs.rs");
-    assert!(
-        String::from_utf8_lossy(&out.stdout) == committed,
-        "src/specs.rs is stale: regenerate it with tools/gen_specs.py"
+    halite_testkit::assert_generated_from_stock(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tools/gen_specs.py"),
+        include_str!("../src/specs.rs"),
     );
 }
 
@@ -64,25 +53,6 @@ impl RunnerHost for StoreHost {
     fn fire(&self, _tag: &str, _data: Value) {}
     fn opts(&self) -> &MasterConfig {
         &self.opts
-    }
-}
-
-fn from_json(j: &Json) -> Value {
-    match j {
-        Json::Null => Value::Nil,
-        Json::Bool(b) => Value::Boolean(*b),
-        Json::Number(n) => n
-            .as_i64()
-            .map(Value::from)
-            .or_else(|| n.as_u64().map(Value::from))
-            .unwrap_or_else(|| Value::F64(n.as_f64().unwrap_or(0.0))),
-        Json::String(s) => Value::from(s.as_str()),
-        Json::Array(items) => Value::Array(items.iter().map(from_json).collect()),
-        Json::Object(map) => Value::Map(
-            map.iter()
-                .map(|(k, v)| (Value::from(k.as_str()), from_json(v)))
-                .collect(),
-        ),
     }
 }
 
@@ -232,34 +202,16 @@ fn jobs_runners_match_stock_salt_on_the_same_jobs() {
     }
     let host = StoreHost { opts, store };
 
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/stock_jobs.py");
-    let mut child = Command::new(venv_python())
-        .arg(&script)
-        .arg(dir.path())
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run the stock harness");
-    {
-        use std::io::Write;
-        let mut stdin = child.stdin.take().expect("stdin");
-        let input = json!({"jobs": fixture(), "calls": calls()});
-        stdin
-            .write_all(input.to_string().as_bytes())
-            .expect("write");
-    }
-    let out = child.wait_with_output().expect("stock harness output");
-    assert!(
-        out.status.success(),
-        "stock harness failed: {}",
-        String::from_utf8_lossy(&out.stderr)
+    let stock = halite_testkit::run_stock_harness(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/stock_jobs.py"),
+        [dir.path()],
+        &json!({"jobs": fixture(), "calls": calls()}),
     );
-    let stock: Vec<Json> = serde_json::from_slice(&out.stdout).expect("stock prints JSON");
+    let stock = stock.as_array().expect("stock prints a list");
     let calls = calls();
     let calls = calls.as_array().expect("calls");
     assert_eq!(stock.len(), calls.len());
-    for (call, stock) in calls.iter().zip(&stock) {
+    for (call, stock) in calls.iter().zip(stock) {
         assert_eq!(&ours(&host, call), stock, "{call}");
     }
 }

@@ -43,8 +43,8 @@ pub mod pyvalue;
 pub mod subdict;
 
 mod ipcidr;
-#[cfg(test)]
-mod testutil;
+#[cfg(any(test, feature = "test-util"))]
+pub mod testutil;
 
 pub use compound::{parse_target, TargetWord, MAX_PARENS};
 pub use master::{Bank, CheckResult, CkMinions, EmptyCache, MinionDataCache};

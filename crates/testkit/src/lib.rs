@@ -14,8 +14,8 @@
 //! Invariants:
 //! - Everything listens on 127.0.0.1 only, on ports from [`free_ports`].
 //! - Every process started here runs in its own process group with stdin from `/dev/null`
-//!   and output in files, and is killed with all its descendants when its [`Proc`] drops or
-//!   its [`run`] returns; nothing leaks past a test.
+//!   (or a file holding its given input) and output in files, and is killed with all its
+//!   descendants when its [`Proc`] drops or its [`run`] returns; nothing leaks past a test.
 //! - Timeouts only turn hangs into failures: they are generous ([`TIMEOUT`]) and no test
 //!   outcome depends on them when the machine is slow.
 //! - Setup problems panic with the step, the path and a hint (this is a test harness: a
@@ -31,13 +31,13 @@ mod starters;
 pub use paths::{halite_bin, repo_root, salt_venv, stock_bin, SALT_VENV_ENV};
 pub use ports::free_ports;
 pub use process::{
-    file_len, log_tail, run, run_command, wait_for_log, wait_for_log_from, wait_until, Proc,
-    STOP_GRACE,
+    file_len, log_tail, run, run_command, run_command_with_input, wait_for_log, wait_for_log_from,
+    wait_until, Proc, STOP_GRACE,
 };
 pub use root::{current_user, TempRoot, KEEP_TEMP_ENV, TEMP_BASE_ENV};
 pub use starters::{
-    assert_success, json_documents, json_returns, run_halite, run_halite_key, run_stock,
-    run_stock_salt, run_stock_salt_call, run_stock_salt_key, start_halite_master,
-    start_halite_minion, start_stock_master, start_stock_minion, stock_command, wait_for_port,
-    STOCK_STOP_GRACE, TIMEOUT,
+    assert_generated_from_stock, assert_success, json_documents, json_returns, run_halite,
+    run_halite_key, run_stock, run_stock_harness, run_stock_salt, run_stock_salt_call,
+    run_stock_salt_key, start_halite_master, start_halite_minion, start_stock_master,
+    start_stock_minion, stock_command, wait_for_port, STOCK_STOP_GRACE, TIMEOUT,
 };

@@ -1,7 +1,8 @@
 //! Child processes that cannot outlive their test, and polling helpers.
 //!
 //! Every child is spawned in a new process group (`process_group(0)`) with stdin from
-//! `/dev/null` and stdout/stderr sent to files, never to the test's own pipes (a daemon
+//! `/dev/null` (or from a file holding the input given to [`run_command_with_input`]) and
+//! stdout/stderr sent to files, never to the test's own pipes (a daemon
 //! grandchild holding the test's stdout would make nextest report a leak and wait). Stock
 //! `salt-minion` and `salt-master` fork helpers, so stopping means signalling the whole group
 //! plus any descendant that moved to a group of its own; the tree is frozen with SIGSTOP
@@ -14,7 +15,7 @@
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom};
+use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
@@ -55,7 +56,7 @@ impl Proc {
         let stderr = File::create(&stderr_path)
             .unwrap_or_else(|e| panic!("cannot create {}: {e}", stderr_path.display()));
         let desc = format!("{cmd:?}");
-        let group = Group::spawn(cmd, stdout, stderr)
+        let group = Group::spawn(cmd, Stdio::null(), stdout, stderr)
             .unwrap_or_else(|e| panic!("cannot start {name} ({desc}): {e}"));
         Proc {
             name: name.to_owned(),
@@ -186,6 +187,24 @@ where
 /// When the command cannot be started, or when it is still running after `timeout` (it is
 /// killed first; the message carries its output so far).
 pub fn run_command(cmd: Command, timeout: Duration) -> Output {
+    run_with_stdin(cmd, Stdio::null(), timeout)
+}
+
+/// [`run_command`] with `input` on the command's stdin (read from a file, so the command
+/// may read it at its own pace).
+///
+/// # Panics
+/// As [`run_command`]; also when the input cannot be written to a temporary file.
+pub fn run_command_with_input(cmd: Command, input: &[u8], timeout: Duration) -> Output {
+    let mut file = tempfile::tempfile().unwrap_or_else(|e| panic!("temp file: {e}"));
+    file.write_all(input)
+        .and_then(|()| file.seek(SeekFrom::Start(0)).map(drop))
+        .unwrap_or_else(|e| panic!("cannot write the input of {cmd:?}: {e}"));
+    run_with_stdin(cmd, Stdio::from(file), timeout)
+}
+
+/// [`run_command`] with `stdin` as the command's stdin.
+fn run_with_stdin(cmd: Command, stdin: Stdio, timeout: Duration) -> Output {
     let desc = format!("{cmd:?}");
     let mut stdout = tempfile::tempfile().unwrap_or_else(|e| panic!("temp file: {e}"));
     let mut stderr = tempfile::tempfile().unwrap_or_else(|e| panic!("temp file: {e}"));
@@ -193,7 +212,7 @@ pub fn run_command(cmd: Command, timeout: Duration) -> Output {
         f.try_clone()
             .unwrap_or_else(|e| panic!("dup temp file: {e}"))
     };
-    let mut group = Group::spawn(cmd, clone(&stdout), clone(&stderr))
+    let mut group = Group::spawn(cmd, stdin, clone(&stdout), clone(&stderr))
         .unwrap_or_else(|e| panic!("cannot start {desc}: {e}"));
     let exited = wait_until(timeout, || {
         group.track();
@@ -337,8 +356,8 @@ struct Group {
 }
 
 impl Group {
-    fn spawn(mut cmd: Command, stdout: File, stderr: File) -> std::io::Result<Group> {
-        cmd.stdin(Stdio::null())
+    fn spawn(mut cmd: Command, stdin: Stdio, stdout: File, stderr: File) -> std::io::Result<Group> {
+        cmd.stdin(stdin)
             .stdout(stdout)
             .stderr(stderr)
             .process_group(0);
@@ -577,6 +596,16 @@ mod tests {
     }
 
     #[test]
+    fn run_with_input_feeds_it_on_stdin_and_run_gives_none() {
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "cat; echo end"]);
+        let out = run_command_with_input(cmd, b"in\n", Duration::from_secs(30));
+        assert_eq!(out.stdout, b"in\nend\n");
+        let out = run("sh", ["-c", "cat; echo end"], Duration::from_secs(30));
+        assert_eq!(out.stdout, b"end\n");
+    }
+
+    #[test]
     fn run_kills_and_panics_on_timeout() {
         let err = std::panic::catch_unwind(|| {
             run(
@@ -630,7 +659,7 @@ mod tests {
         let mut cmd = Command::new("sh");
         cmd.args(["-c", "trap '' TERM; echo up; while :; do sleep 1; done"]);
         let file = File::create(&out).unwrap();
-        let mut group = Group::spawn(cmd, file.try_clone().unwrap(), file).unwrap();
+        let mut group = Group::spawn(cmd, Stdio::null(), file.try_clone().unwrap(), file).unwrap();
         wait_for_log(&out, "up", Duration::from_secs(30));
         let pids = group.track();
         let status = group.stop(Duration::from_millis(200)).unwrap();

@@ -145,7 +145,7 @@ fn python_shell_default(inv: &Invocation<'_>, given: &Value) -> bool {
 /// A `cmdmod._run` parameter: the function's own parameter, else a keyword argument
 /// that `**kwargs` forwarded to `_run`, else `_run`'s default.
 fn run_param(inv: &Invocation<'_>, name: &str) -> Value {
-    if inv.call.spec().params.iter().any(|p| p.name == name) {
+    if inv.call.params().iter().any(|p| p.name == name) {
         return inv.arg(name).clone();
     }
     if let Some(v) = inv.call.kwarg(name) {

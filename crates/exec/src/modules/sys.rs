@@ -1,5 +1,6 @@
 //! `salt/modules/sysmod.py` (`sys`): what the minion offers, and the docs.
 
+use halite_pycall::strip_rst;
 use rmpv::Value;
 
 use crate::error::ExecError;
@@ -34,36 +35,6 @@ fn name_arg(v: &Value) -> Result<String, ExecError> {
 
 fn names_arg(args: &[Value]) -> Result<Vec<String>, ExecError> {
     args.iter().map(name_arg).collect()
-}
-
-/// `salt.utils.doc.strip_rst` on one docstring.
-pub(crate) fn strip_rst(doc: &str) -> String {
-    let mut out = String::with_capacity(doc.len());
-    let mut rest = doc;
-    while let Some(pos) = rest.find(".. code-block:: ") {
-        let after = &rest[pos + ".. code-block:: ".len()..];
-        let word = after.find(char::is_whitespace).unwrap_or(after.len());
-        if word == 0 || !after[word..].starts_with('\n') {
-            out.push_str(&rest[..pos + 1]);
-            rest = &rest[pos + 1..];
-            continue;
-        }
-        let start = rest[..pos].trim_end_matches(' ').len();
-        out.push_str(&rest[..start]);
-        let mut tail = &after[word..];
-        for _ in 0..2 {
-            match tail.strip_prefix('\n') {
-                Some(t) => tail = t,
-                None => break,
-            }
-        }
-        rest = tail;
-    }
-    out.push_str(rest);
-    out.replace(".. note::", "Note:")
-        .replace(".. warning::", "Warning:")
-        .replace(".. versionadded::", "New in version")
-        .replace(".. versionchanged::", "Changed in version")
 }
 
 /// `sys.doc(*names)` over the registry: `{fun: stripped docstring}`.
@@ -204,16 +175,6 @@ fn argspec(inv: &mut Invocation<'_>) -> Result<Value, ExecError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn strip_rst_drops_code_blocks_and_renames_directives() {
-        let doc = "\n    Intro\n\n    .. code-block:: bash\n\n        salt '*' x\n    .. versionadded:: 1\n    .. note::\n";
-        assert_eq!(
-            strip_rst(doc),
-            "\n    Intro\n\n        salt '*' x\n    New in version 1\n    Note:\n"
-        );
-        assert_eq!(strip_rst("a .. code-block:: \nb"), "a .. code-block:: \nb");
-    }
 
     #[test]
     fn doc_prefix_does_not_match_longer_module_names() {

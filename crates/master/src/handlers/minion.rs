@@ -4,21 +4,9 @@
 use crate::dispatch::{bad_load, AesCall, AesReply};
 use crate::Master;
 use halite_proto::envelope;
+use halite_proto::event::MINION_EVENT_BLACKLIST;
 use halite_proto::value::{self, map, s};
 use halite_proto::Value;
-
-/// Tags a minion may not fire on the master bus (`MINION_EVENT_BLACKLIST`).
-const MINION_EVENT_BLACKLIST: &[&str] = &[
-    "salt/job/*/publish",
-    "salt/job/*/new",
-    "salt/job/*/return",
-    "salt/key",
-    "salt/cloud/*",
-    "salt/run/*",
-    "salt/cluster/*",
-    "salt/wheel/*/new",
-    "salt/wheel/*/return",
-];
 
 impl Master {
     pub(crate) fn handle_return(&self, call: AesCall<'_>) -> AesReply {
