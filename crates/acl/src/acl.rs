@@ -35,7 +35,7 @@ pub(crate) struct Entry {
     pub(crate) kind: EntryKind,
     /// Python `repr` of the configured entry, shortened.
     pub(crate) text: Arc<str>,
-    /// The `peer` key the entry came from, if any.
+    /// The `peer` or `publisher_acl` key the entry came from, if any.
     pub(crate) origin: Option<Arc<str>>,
     /// Where it is in the configuration, e.g. `peer['.*'][0]`.
     pub(crate) location: String,

@@ -139,6 +139,13 @@ pub enum Reason {
         /// The first few of them.
         ids: Vec<String>,
     },
+    /// No `publisher_acl` key matches the user, or the keys that match list no entry
+    /// ([`crate::UserAcl`]). Salt answers this with `UserAuthenticationError` ("Authentication
+    /// error occurred."), not as an authorisation error.
+    NoEntriesForUser {
+        /// The user name.
+        user: String,
+    },
     /// A runner/wheel function is not `module.function` (Salt answers
     /// `SaltInvocationError`, "A command invocation error occurred: Check syntax.").
     BadSyntax,
@@ -180,6 +187,9 @@ impl fmt::Display for Reason {
                  globbing or PCRE is not allowed here",
                 ids.join(", ")
             ),
+            Self::NoEntriesForUser { user } => {
+                write!(f, "no publisher_acl entries for user '{user}'")
+            }
             Self::BadSyntax => f.write_str("the function is not module.function"),
             Self::NotAuthorised {
                 fun,
@@ -241,7 +251,7 @@ pub struct EntryRef {
     pub index: usize,
     /// Python `repr` of the configured entry (shortened).
     pub text: Arc<str>,
-    /// The `peer` / `peer_run` key it came from, if any.
+    /// The `peer` / `peer_run` / `publisher_acl` key it came from, if any.
     pub origin: Option<Arc<str>>,
 }
 

@@ -1,5 +1,6 @@
-//! Salt 3008.3's ACL evaluator: may this request run? One evaluator for `peer` and
-//! `peer_run` now, and `publisher_acl`, `external_auth` and the HTTP API later.
+//! Salt 3008.3's ACL evaluator: may this request run? One evaluator for `peer`,
+//! `peer_run`, `publisher_acl` and `publisher_acl_blacklist` now, and `external_auth` and
+//! the HTTP API later.
 //!
 //! Salt has one grammar for all of them (`salt.utils.minions.CkMinions.auth_check`): a
 //! list of string entries (function regexes allowed on any target) and one-key maps
@@ -11,6 +12,13 @@
 //!   reporting what it cannot use ([`ParseWarning`]);
 //! - parses `peer` ([`PeerAcl`]: `{id_regex: [entries]}`, every matching key's entries
 //!   concatenated) and `peer_run` ([`RunnerAcl`]: `{id_regex: [runner_fun_regex]}`);
+//! - parses `publisher_acl` ([`UserAcl`]: `{user_pattern: [entries]}`, every key matching
+//!   the user name by Salt's `expr_match` — glob, then anchored regex — concatenated) and
+//!   checks a user's publish ([`UserAcl::check`]) and runner call
+//!   ([`UserAcl::check_runner`]), with a distinct [`Reason::NoEntriesForUser`] for a user
+//!   without entries (Salt's authentication failure);
+//! - parses `publisher_acl_blacklist` ([`Blacklist`]) and names the pattern that blocks a
+//!   user or function ([`BlacklistHit`]);
 //! - checks a request ([`Acl::check`], [`Request`]) and answers a [`Decision`] that says
 //!   which entry allowed each function, or why the request was denied;
 //! - checks runner/wheel access ([`Acl::check_spec`]: `@runner`, `@wheel`, `@<module>`);
@@ -52,8 +60,9 @@
 //! `publish.*` recursion guard, comma-separated multi-function peer publishes (which always
 //! fail in Salt), `parse_input` of the arguments, nodegroup handling. Salt's
 //! `auth.enable_expanded_auth_matching` (`auth_check_expanded`, broken in 3008.3) is not
-//! implemented. The `publisher_acl` user-name matching and `external_auth`'s
-//! `fill_auth_list` are not here yet.
+//! implemented. Who is root, key authentication and `sudo_acl` are the master's
+//! (it asks [`UserAcl`] only for users that are not root). `external_auth`'s
+//! `fill_auth_list` (which swaps `expr_match`'s arguments) is not here yet.
 //!
 //! Deviations from Salt, each failing closed where Salt is insecure or inconsistent:
 //! - **Anchoring.** Salt uses `re.match` (start-anchored only) for every regex: id keys,
@@ -85,9 +94,23 @@
 //!   [`MAX_ARG_DEPTH`] or larger than [`MAX_ARG_NODES`] values, and a `__kwarg__` map with
 //!   more than [`MAX_KWARGS`] entries, satisfy no rule that inspects them.
 //! - **Regexes**: a pattern `halite_target::pyre` cannot translate, or a match that hits
-//!   the backtracking limit, is no match (Python would accept or spin).
+//!   the backtracking limit, is no match (Python would accept or spin) — except in the
+//!   blacklist, where it blocks.
+//! - **`publisher_acl` user keys.** Salt matches the regex `\A<key>\Z` without grouping
+//!   the key, so `admin|manager_.*` admits `administrator`. Under [`Matching::Full`] the key
+//!   is matched as `\A(?:<key>)\Z` (whole names; only when the key is a valid regex on its
+//!   own); [`Matching::Prefix`] is Salt's form. A key whose value is not a list grants
+//!   nothing (Salt extends the list with a string's characters: `fred: '.*'` gives `'.'`,
+//!   which admits every function).
+//! - **`publisher_acl_blacklist`** always matches with Salt's ungrouped form, which blocks
+//!   everything whole-name matching would and more: a blacklist fails closed. A malformed
+//!   `users`/`modules` value blocks everything (Salt raises on every publish for most
+//!   such values), as do a malformed `fun` and a job of more than [`MAX_FUNCTIONS`]
+//!   functions when `modules` is set. See [`Blacklist`].
+//! - **Runner calls by local users** are checked against the user's `@runner`,
+//!   `@<module>` entries ([`UserAcl::check_runner`]); Salt checks nothing for them.
 //!
-//! `tests/salt_auth_table.json` holds 141 cases decided by stock Salt 3008.3
+//! `tests/salt_auth_table.json` holds 205 cases decided by stock Salt 3008.3
 //! (`tools/gen_auth_table.py`) with the answer Halite gives in each mode; every case where
 //! Halite differs from Salt carries a note.
 //!
@@ -106,23 +129,29 @@
 
 mod acl;
 mod args;
+mod blacklist;
 mod check;
+mod expr;
 mod pattern;
 mod peer;
 mod spec;
 #[cfg(test)]
 mod testutil;
+mod user;
 
 pub use acl::{Acl, ParseWarning};
 pub use args::{MAX_ARG_DEPTH, MAX_ARG_NODES, MAX_KWARGS};
+pub use blacklist::{Blacklist, BlacklistHit, BlacklistPart, HitCause};
 pub use check::{
     exact_tgt_type, Decision, EntryRef, Grant, GrantedBy, Miss, MissKind, Reason, Request, Targets,
     MAX_FUNCTIONS,
 };
+pub use expr::ExprMatch;
 pub use pattern::{prefix_differs, Matching, ModeNote, PatternKind};
 pub use peer::{PeerAcl, RunnerAcl};
 pub use rmpv::Value;
 pub use spec::SpecForm;
+pub use user::UserAcl;
 
 /// Errors of this crate.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -100,6 +100,15 @@ impl Pattern {
         &self.source
     }
 
+    /// A pattern shown as `source` whose regex was compiled elsewhere (the `expr_match`
+    /// forms of [`crate::UserAcl`] keys and [`crate::Blacklist`] patterns).
+    pub(crate) fn precompiled(source: &str, regex: Result<PyRegex, halite_target::Error>) -> Self {
+        Self {
+            source: source.to_owned(),
+            regex,
+        }
+    }
+
     /// The compile error, when the pattern never matches.
     pub(crate) fn error(&self) -> Option<&halite_target::Error> {
         self.regex.as_ref().err()
@@ -127,6 +136,12 @@ pub enum PatternKind {
     Argument,
     /// A keyword-argument regex (`kwargs:`).
     Kwarg,
+    /// A `publisher_acl` key, matched against the requesting user's name.
+    UserName,
+    /// A `publisher_acl_blacklist` `users` pattern.
+    BlacklistedUser,
+    /// A `publisher_acl_blacklist` `modules` pattern.
+    BlacklistedFunction,
 }
 
 impl PatternKind {
@@ -136,6 +151,8 @@ impl PatternKind {
             Self::Function => "function",
             Self::Argument => "argument",
             Self::Kwarg => "keyword value",
+            Self::UserName | Self::BlacklistedUser => "user name",
+            Self::BlacklistedFunction => "function name",
         }
     }
 
@@ -145,6 +162,8 @@ impl PatternKind {
             Self::Function => "functions",
             Self::Argument => "arguments",
             Self::Kwarg => "keyword values",
+            Self::UserName | Self::BlacklistedUser => "user names",
+            Self::BlacklistedFunction => "function names",
         }
     }
 }
@@ -166,6 +185,37 @@ pub struct ModeNote {
 impl fmt::Display for ModeNote {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let (noun, plural) = (self.kind.noun(), self.kind.plural());
+        let (location, pattern) = (&self.location, &self.pattern);
+        match (self.kind, self.matching) {
+            (PatternKind::UserName, Matching::Full) => {
+                return write!(
+                    f,
+                    "{location}: '{pattern}' matches whole {plural} (\\A(?:{pattern})\\Z); \
+                     Salt's \\A{pattern}\\Z does not group it, so a branch of the alternation \
+                     also matches {plural} that only start with it (set acl_regex_match: \
+                     prefix for Salt's behaviour)"
+                )
+            }
+            (PatternKind::UserName, Matching::Prefix) => {
+                return write!(
+                    f,
+                    "{location}: '{pattern}' is matched as Salt does (\\A{pattern}\\Z, \
+                     acl_regex_match: prefix): it is not grouped, so a branch of the \
+                     alternation also matches {plural} that only start with it; write \
+                     '(?:{pattern})' to match whole {plural}"
+                )
+            }
+            (PatternKind::BlacklistedUser | PatternKind::BlacklistedFunction, _) => {
+                return write!(
+                    f,
+                    "{location}: '{pattern}' blocks what Salt's \\A{pattern}\\Z matches, in \
+                     every acl_regex_match mode (a blacklist fails closed): it is not \
+                     grouped, so a branch of the alternation also blocks {plural} that only \
+                     start with it; write '(?:{pattern})' to block whole {plural} only"
+                )
+            }
+            _ => {}
+        }
         match self.matching {
             Matching::Full => write!(
                 f,
@@ -243,7 +293,7 @@ fn ends_with_any_tail(pattern: &str) -> bool {
 }
 
 /// A `|` outside any group and character class.
-fn has_top_level_alternation(pattern: &str) -> bool {
+pub(crate) fn has_top_level_alternation(pattern: &str) -> bool {
     let mut depth = 0usize;
     let mut chars = pattern.chars().peekable();
     while let Some(c) = chars.next() {

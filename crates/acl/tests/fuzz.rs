@@ -5,7 +5,7 @@
 #[allow(dead_code)]
 mod common;
 
-use halite_acl::{Acl, Matching, PeerAcl, Request, RunnerAcl, Value};
+use halite_acl::{Acl, Blacklist, Matching, PeerAcl, Request, RunnerAcl, UserAcl, Value};
 
 /// xorshift64*: deterministic, no dependency.
 struct Rng(u64);
@@ -156,6 +156,14 @@ fn random_configuration_values_never_panic_any_parser() {
             let (runner, _) = RunnerAcl::parse(&v, m);
             let _ = runner.differing_patterns();
             let _ = runner.allows("web1", "manage.up").to_string();
+            let (users, _) = UserAcl::parse(&v, m);
+            let _ = (users.differing_patterns(), users.users());
+            let _ = users.for_user("web1");
+            let _ = users.check_runner("web1", "manage.up", &v).to_string();
+            let (blacklist, _) = Blacklist::parse(&v, m);
+            let _ = blacklist.differing_patterns();
+            let _ = blacklist.user_is_blacklisted("web1").map(|h| h.to_string());
+            let _ = blacklist.cmd_is_blacklisted(&v).map(|h| h.to_string());
         }
         let _ = Matching::from_config_value(&v);
     }
@@ -168,12 +176,13 @@ fn mutated_table_cases_never_panic_and_full_stays_stricter() {
     for case in &cases {
         for _ in 0..40 {
             let mut c = case.clone();
-            match rng.below(6) {
+            match rng.below(7) {
                 0 => mutate(&mut rng, &mut c.config),
                 1 => mutate(&mut rng, &mut c.fun),
                 2 => mutate(&mut rng, &mut c.arg),
                 3 => mutate(&mut rng, &mut c.tgt),
                 4 => mutate(&mut rng, &mut c.kwarg),
+                5 => c.user = WORDS[rng.below(WORDS.len())].to_owned(),
                 _ => c.tgt_type = WORDS[rng.below(WORDS.len())].to_owned(),
             }
             let full = common::decide(&fixture, &c, Matching::Full);

@@ -68,18 +68,61 @@ fn table_covers_the_required_situations() {
         .note
         .as_deref()
         .is_some_and(|n| n.starts_with("deviation"))));
+    assert!(has(&|c| c.kind == "user"
+        && c.user == "administrator"
+        && c.prefix
+        && !c.full));
+    assert!(has(
+        &|c| c.kind == "user" && c.salt_error.as_deref() == Some("UserAuthenticationError")
+    ));
+    assert!(has(&|c| c.kind == "user_runner" && c.salt));
+    assert!(has(&|c| c.kind == "blacklist"
+        && c.user == "sudo_bob"
+        && c.salt));
+    assert!(has(&|c| c.kind == "blacklist"
+        && c.fun.is_array()
+        && !c.salt));
 }
 
 #[test]
 fn salt_syntax_errors_are_bad_syntax_decisions() {
     let (fixture, cases) = common::load();
-    let errors: Vec<_> = cases.iter().filter(|c| c.salt_error.is_some()).collect();
+    let errors: Vec<_> = cases
+        .iter()
+        .filter(|c| c.salt_error.as_deref() == Some("SaltInvocationError"))
+        .collect();
     assert!(!errors.is_empty());
     for case in errors {
-        assert_eq!(case.salt_error.as_deref(), Some("SaltInvocationError"));
-        let decision = common::decide(&fixture, case, Matching::Full);
-        assert_eq!(decision.reason, Reason::BadSyntax, "{}", case.name);
+        let outcome = common::decide(&fixture, case, Matching::Full);
+        assert_eq!(outcome.reason, Some(Reason::BadSyntax), "{}", case.name);
     }
+}
+
+#[test]
+fn salt_user_authentication_failures_are_no_entries_decisions() {
+    let (fixture, cases) = common::load();
+    let mut seen = 0;
+    for case in cases.iter().filter(|c| c.kind.starts_with("user")) {
+        let salt_failed = case.salt_error.as_deref() == Some("UserAuthenticationError");
+        seen += usize::from(salt_failed);
+        for matching in [Matching::Full, Matching::Prefix] {
+            let outcome = common::decide(&fixture, case, matching);
+            let no_entries = matches!(outcome.reason, Some(Reason::NoEntriesForUser { .. }));
+            // Full matching admits fewer user names; a deviation may deny earlier.
+            let exact = matching == Matching::Prefix && case.note.is_none();
+            if salt_failed || exact {
+                assert_eq!(
+                    no_entries, salt_failed,
+                    "{} [{matching}]: {outcome}",
+                    case.name
+                );
+            }
+        }
+    }
+    assert!(
+        seen >= 3,
+        "only {seen} authentication failures in the table"
+    );
 }
 
 #[test]

@@ -11,6 +11,18 @@ Every case is decided by stock Salt 3008.3 itself:
                  publish_validate=True, as that method does
 * kind "runner": the `peer_run` check of RemoteFuncs.minion_runner
 * kind "spec":   CkMinions.spec_check (runner/wheel/cloud ACLs)
+* kind "user":   a publish by a local user with a key, as ClearFuncs.publish decides it:
+                 LoadAuth.check_authentication(load, "user", key=...) (key authentication,
+                 then `publisher_acl` via get_values_of_matching_keys / expr_match; an empty
+                 list is "UserAuthenticationError"), then auth_check with the target's
+                 check_minions expansion and whitelist ["saltutil.find_job"]
+* kind "user_runner": check_authentication as for "user", then CkMinions.spec_check(...,
+                 "runner") on the user's list. Stock ClearFuncs.runner checks nothing for a
+                 user key (any user with a key runs any runner); this is the check Salt
+                 applies to eauth runner calls, which Halite applies to user keys
+* kind "blacklist": salt.acl.PublisherACL(publisher_acl_blacklist): user_is_blacklisted(user)
+                 or cmd_is_blacklisted(fun), as ClearFuncs.publish asks first; "allowed"
+                 means not blacklisted
 
 Targets are expanded by Salt's real CkMinions against a throw-away master root: accepted
 keys written into pki_dir/minions, grains and pillar stored in the minion data cache, and
@@ -29,6 +41,8 @@ import re
 import shutil
 import tempfile
 
+import salt.acl
+import salt.auth
 import salt.cache
 import salt.config
 import salt.utils.minions
@@ -63,6 +77,8 @@ FIXTURE = {
 
 ANCHOR = "anchoring: Salt's re.match admits a longer text; full match does not"
 MULTI = "deviation: Salt authorises a multi-function job when any one function is allowed"
+USER_ANCHOR = ("anchoring: Salt's \\A<key>\\Z does not group the key, so the first branch of "
+               "an alternation admits longer user names; \\A(?:<key>)\\Z does not")
 
 
 def make_ckminions(root):
@@ -121,6 +137,20 @@ def runner(name, peer_run, id_, fun, **kw):
 def spec(name, acl, fun, form="runner", kwarg=None, **kw):
     case("spec", name, acl=acl, fun=fun, form=form,
          kwarg={} if kwarg is None else kwarg, **kw)
+
+
+def user(name, publisher_acl, user_, fun, arg, tgt="*", tgt_type="glob", **kw):
+    case("user", name, publisher_acl=publisher_acl, user=user_, fun=fun, arg=arg, tgt=tgt,
+         tgt_type=tgt_type, whitelist=["saltutil.find_job"], **kw)
+
+
+def user_runner(name, publisher_acl, user_, fun, kwarg=None, **kw):
+    case("user_runner", name, publisher_acl=publisher_acl, user=user_, fun=fun,
+         kwarg={} if kwarg is None else kwarg, **kw)
+
+
+def blacklist(name, blacklist_cfg, user_, fun, **kw):
+    case("blacklist", name, blacklist=blacklist_cfg, user=user_, fun=fun, **kw)
 
 
 SEED = {".*example.com": ["test.*", "ps.*", "pkg.*"], ".*foo.org": ["test.*", "ps.*", "pkg.*"]}
@@ -354,6 +384,116 @@ runner("peer_run non-list value ignored", {".*": "manage.up"}, "db1", "manage.up
 runner("peer_run every matching key merges", {"db.*": ["jobs.*"], ".*": ["manage.up"]}, "db1",
        "manage.up")
 
+# --- publisher_acl: user keys (salt-semantics.md §2.3) --------------------------------------
+USERS = {
+    "thatch": [".*"],
+    "fred": [{"web*": ["test.*", "pkg.*"]}, {"G@os:RedHat": ["kmod.*"]}],
+    "admin|manager_.*": ["saltutil.*"],
+    "user_.*": [{"web*": [{"my_mod.*": {"args": ["a.*", "b.*"],
+                                         "kwargs": {"kwa": "kwa.*", "kwb": "kwb"}}}]}],
+}
+KWARGS = {"__kwarg__": True, "kwa": "kwa1", "kwb": "kwb"}
+user("fred may test web1", USERS, "fred", "test.ping", [], tgt="web1")
+user("fred may test web*", USERS, "fred", "test.ping", [], tgt="web*")
+user("fred may not test db1", USERS, "fred", "test.ping", [], tgt="db1")
+user("fred may not run cmd on web1", USERS, "fred", "cmd.run", ["ls"], tgt="web1")
+user("fred kmod on the RedHat minion", USERS, "fred", "kmod.list", [], tgt="web2")
+user("fred kmod on a Debian minion refused", USERS, "fred", "kmod.list", [], tgt="web1")
+user("thatch may run anything anywhere", USERS, "thatch", "cmd.run", ["ls"])
+user("unknown user is an authentication failure", USERS, "bob", "test.ping", [])
+user("admin by the first branch", USERS, "admin", "saltutil.sync_all", [])
+user("manager_bob by the second branch", USERS, "manager_bob", "saltutil.sync_all", [])
+user("administrator by the ungrouped first branch", USERS, "administrator",
+     "saltutil.sync_all", [], full=False, note=USER_ANCHOR)
+user("second branch is anchored at both ends", USERS, "xmanager_bob", "saltutil.sync_all", [])
+user("regex user key with args and kwargs", USERS, "user_x", "my_mod.go",
+     ["apple", "banana", KWARGS], tgt="web1")
+user("regex user key, argument mismatch", USERS, "user_x", "my_mod.go",
+     ["apple", "cherry", KWARGS], tgt="web1")
+user("regex user key, kwarg kwb vs kwbx", USERS, "user_x", "my_mod.go",
+     ["apple", "banana", dict(KWARGS, kwb="kwbx")], tgt="web1", full=False, note=ANCHOR)
+user("regex user key, target outside web*", USERS, "user_x", "my_mod.go",
+     ["apple", "banana", KWARGS], tgt="db1")
+user("find_job is whitelisted for an ACL user", {"fred": ["test.*"]}, "fred",
+     "saltutil.find_job", ["20240101"])
+user("find_job is refused to a user without entries", {"fred": ["test.*"]}, "bob",
+     "saltutil.find_job", ["20240101"])
+user("glob user key", {"dev_*": ["test.*"]}, "dev_anna", "test.ping", [])
+user("regex user key", {"dev[0-9]+": ["test.*"]}, "dev12", "test.ping", [])
+user("regex user key is anchored at the end", {"dev[0-9]+": ["test.*"]}, "dev12x",
+     "test.ping", [])
+user("regex user key is anchored at the start", {"dev[0-9]+": ["test.*"]}, "xdev12",
+     "test.ping", [])
+user("star user key is a glob for everyone", {"*": ["test.*"]}, "anyone", "test.ping", [])
+user("every matching user key contributes", {"fr*": ["test.*"], "f.*": ["grains.items"]},
+     "fred", "grains.items", [])
+user("user keys that do not match contribute nothing", {"fr*": ["test.*"], "b.*": ["cmd.*"]},
+     "fred", "cmd.run", [])
+user("grouped alternation matches whole names", {"(admin|ops)": ["test.*"]}, "administrator",
+     "test.ping", [])
+user("inline flag in a user key is no regex", {"(?i)admin": ["test.*"]}, "ADMIN", "test.ping",
+     [])
+user("empty list is an authentication failure", {"fred": []}, "fred", "test.ping", [])
+user("string value: Salt iterates its characters", {"fred": ".*"}, "fred", "cmd.run", [],
+     full=False, prefix=False,
+     note="deviation: Salt extends the list with the characters '.' and '*' ('.' admits "
+          "every function); Halite grants nothing for a value that is not a list")
+user("multi: one allowed function authorises a user's job in Salt", {"fred": ["test.*"]},
+     "fred", ["test.ping", "cmd.run"], [[], ["ls"]], full=False, prefix=False, note=MULTI)
+user("user function regex prefix", {"fred": ["cmd.run"]}, "fred", "cmd.run_all", ["ls"],
+     full=False, note=ANCHOR)
+
+# --- publisher_acl: runners for user keys -----------------------------------------------------
+user_runner("@runner user may run manage.up", {"ops": ["@runner"]}, "ops", "manage.up")
+user_runner("@jobs user may run jobs", {"fred": ["@jobs", "test.*"]}, "fred",
+            "jobs.list_jobs")
+user_runner("@jobs user may not run manage", {"fred": ["@jobs", "test.*"]}, "fred",
+            "manage.up")
+user_runner("plain regexes grant no runner to a user", {"fred": [".*"]}, "fred", "manage.up")
+user_runner("@manage map for a user", {"eve": [{"@manage": ["up"]}]}, "eve", "manage.up")
+user_runner("@manage map refuses other functions to a user", {"eve": [{"@manage": ["up"]}]}, "eve",
+            "manage.down")
+user_runner("runner user without entries", {"ops": ["@runner"]}, "bob", "manage.up")
+user_runner("runner name without a dot for a user", {"ops": ["@runner"]}, "ops", "manage")
+user_runner("runner user by the ungrouped first branch", {"admin|ops": ["@runner"]},
+            "administrator", "manage.up", full=False, note=USER_ANCHOR)
+user_runner("runner args for a user", {"ops": [{"@runner": [{"jobs.lookup_jid": {"args": ["\\d+"]}}]}]},
+            "ops", "jobs.lookup_jid", kwarg={"arg": ["20240101"]})
+
+# --- publisher_acl_blacklist (salt-semantics.md §2.4) -----------------------------------------
+BL = {"users": ["root", "^(?!sudo_).*$"], "modules": ["cmd.*", "test.echo", "cmd"]}
+blacklist("root is blacklisted", BL, "root", "test.ping")
+blacklist("bob is blacklisted by the look-ahead", BL, "bob", "test.ping")
+blacklist("sudo_bob is not blacklisted", BL, "sudo_bob", "test.ping")
+blacklist("cmd.run is blacklisted", BL, "sudo_bob", "cmd.run")
+blacklist("test.echo is blacklisted", BL, "sudo_bob", "test.echo")
+blacklist("test.echo2 is not blacklisted", BL, "sudo_bob", "test.echo2")
+blacklist("cmd.* also blocks cmdx", BL, "sudo_bob", "cmdx")
+blacklist("cmd blocks only cmd", {"modules": ["cmd"]}, "fred", "cmd.run")
+blacklist("cmd blocks cmd", {"modules": ["cmd"]}, "fred", "cmd")
+blacklist("one blacklisted function blocks the job", BL, "sudo_bob", ["test.ping", "cmd.run"])
+blacklist("job without blacklisted functions", BL, "sudo_bob", ["test.ping", "grains.items"])
+blacklist("users given as one string", {"users": "bob"}, "bob", "test.ping")
+blacklist("string users does not block a longer name", {"users": "bob"}, "bobby", "test.ping")
+blacklist("ungrouped alternation blocks administrator", {"users": ["admin|root"]},
+          "administrator", "test.ping")
+blacklist("last branch of the alternation is anchored", {"users": ["admin|root"]}, "rootkit",
+          "test.ping")
+blacklist("glob user pattern", {"users": ["dev_*"]}, "dev_anna", "test.ping")
+blacklist("star blocks every user", {"users": ["*"]}, "anyone", "test.ping")
+blacklist("empty blacklist blocks nothing", {}, "root", "cmd.run")
+blacklist("non-string user entries are ignored", {"users": [1000]}, "1000", "test.ping")
+blacklist("unknown blacklist key is ignored", {"user": ["bob"]}, "bob", "test.ping")
+blacklist("users given as a number", {"users": 5}, "bob", "test.ping")
+blacklist("users given as a map", {"users": {"bob": 1}}, "alice", "test.ping",
+          full=False, prefix=False,
+          note="deviation: Salt reads the map's keys as patterns; Halite treats the list as "
+               "malformed and blocks every user")
+blacklist("blacklist regex over the backtracking limit", {"users": ["(a|aa)+\\1c"]}, "a" * 32,
+          "test.ping", full=False, prefix=False,
+          note="deviation: Python finds no match after exponential backtracking; Halite stops "
+               "at the backtracking limit and blocks (a blacklist fails closed)")
+
 
 def run_case(ck, c):
     kind = c["kind"]
@@ -388,6 +528,21 @@ def run_case(ck, c):
         return good
     if kind == "spec":
         return ck.spec_check(c["acl"], c["fun"], c["kwarg"], c["form"])
+    if kind in ("user", "user_runner"):
+        loadauth = salt.auth.LoadAuth(dict(ck.opts, publisher_acl=c["publisher_acl"]))
+        load = {"user": c["user"], "key": "k"}
+        checked = loadauth.check_authentication(load, "user", key={c["user"]: "k"})
+        if checked.get("error"):
+            return {"error": checked["error"]}
+        auth_list = checked["auth_list"]
+        if kind == "user_runner":
+            return ck.spec_check(auth_list, c["fun"], c["kwarg"], "runner")
+        minions = ck.check_minions(c["tgt"], c["tgt_type"])["minions"]
+        return ck.auth_check(auth_list, c["fun"], c["arg"], c["tgt"], c["tgt_type"],
+                             minions=minions, whitelist=c["whitelist"])
+    if kind == "blacklist":
+        acl = salt.acl.PublisherACL(c["blacklist"])
+        return not (acl.user_is_blacklisted(c["user"]) or acl.cmd_is_blacklisted(c["fun"]))
     raise ValueError(kind)
 
 

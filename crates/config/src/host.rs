@@ -120,6 +120,58 @@ pub fn current_user() -> Option<String> {
     Some(name.to_string_lossy().into_owned())
 }
 
+/// A local user's uid and gid (`pwd.getpwnam`), `None` when the user database has no such
+/// user.
+pub fn user_ids(name: &str) -> Option<(u32, u32)> {
+    let cname = std::ffi::CString::new(name).ok()?;
+    let mut buf = vec![0u8; 16384];
+    // SAFETY: zeroed passwd is a valid out-parameter.
+    let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut result: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: every pointer is valid for the call and `buf` outlives it.
+    let rc = unsafe {
+        libc::getpwnam_r(
+            cname.as_ptr(),
+            &mut pwd,
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            &mut result,
+        )
+    };
+    if rc != 0 || result.is_null() {
+        return None;
+    }
+    Some((pwd.pw_uid, pwd.pw_gid))
+}
+
+/// Every user name in the user database (`pwd.getpwall()`), NSS sources included.
+pub fn all_user_names() -> Vec<String> {
+    // getpwent keeps its position in process-global state.
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let mut names = Vec::new();
+    // SAFETY: setpwent/getpwent/endpwent are used under the lock; each entry's `pw_name` is
+    // a NUL-terminated string valid until the next getpwent call, and is copied at once.
+    unsafe {
+        libc::setpwent();
+        loop {
+            let entry = libc::getpwent();
+            if entry.is_null() {
+                break;
+            }
+            if !(*entry).pw_name.is_null() {
+                names.push(
+                    CStr::from_ptr((*entry).pw_name)
+                        .to_string_lossy()
+                        .into_owned(),
+                );
+            }
+        }
+        libc::endpwent();
+    }
+    names
+}
+
 /// Salt's `_DFLT_IPC_WBUFFER`: half of max(5% of RAM, 10 MiB).
 pub(crate) fn dynamic_ipc_buffer() -> u64 {
     let total = std::fs::read_to_string("/proc/meminfo")
@@ -142,6 +194,14 @@ pub(crate) fn dynamic_ipc_buffer() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn root_is_in_the_user_database_and_unknown_users_are_not() {
+        assert_eq!(user_ids("root"), Some((0, 0)));
+        assert_eq!(user_ids("no-such-user-halite"), None);
+        assert_eq!(user_ids("bad\0name"), None);
+        assert!(all_user_names().iter().any(|n| n == "root"));
+    }
 
     #[test]
     fn localhost_like_names_are_filtered() {

@@ -72,7 +72,7 @@ mod tests;
 
 use std::path::PathBuf;
 
-pub use host::{current_user, generate_minion_id, hostname};
+pub use host::{all_user_names, current_user, generate_minion_id, hostname, user_ids};
 pub use master::MasterConfig;
 pub use merge::MAX_INCLUDE_DEPTH;
 pub use minion::MinionConfig;

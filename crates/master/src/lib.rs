@@ -13,6 +13,7 @@
 //! What it does not do: targeting decisions on minions (minions decide), execution, or
 //! anything on the minion bus.
 
+pub mod access;
 pub mod dispatch;
 pub mod events;
 pub mod handlers;
@@ -102,6 +103,7 @@ pub struct Master {
     client_keys: Vec<(String, String)>,
     regex: halite_target::RegexCache,
     acl: handlers::peer::PeerAcls,
+    access: access::AccessControl,
     runners: halite_runner::Registry,
     running_runners: AtomicUsize,
     /// This master, for the runner threads it starts.
@@ -139,7 +141,8 @@ impl Master {
         });
         let publisher = Publisher::new(parts.transport.clone(), key.clone(), signer);
         let acl = handlers::peer::PeerAcls::from_config(&cfg)?;
-        let client_keys = write_client_keys(&cfg)?;
+        let access = access::AccessControl::from_config(&cfg)?;
+        let client_keys = write_client_keys(&cfg, access.key_users())?;
         let sessions = Sessions::new(&cfg.cachedir, cfg.publish_session)
             .map_err(io_err("cannot create sessions in", &cfg.cachedir))?;
         Ok(Arc::new_cyclic(|me| Master {
@@ -158,6 +161,7 @@ impl Master {
             grains: RwLock::new(HashMap::new()),
             regex: halite_target::RegexCache::new(256),
             acl,
+            access,
             runners: halite_runner::Registry::builtin(),
             running_runners: AtomicUsize::new(0),
             me: me.clone(),
@@ -299,16 +303,28 @@ fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error)
 }
 
 /// Writes a fresh `cachedir/.<user>_key` for each local user allowed to publish, as
-/// `salt.daemons.masterapi.access_keys` does, and returns them.
-fn write_client_keys(cfg: &MasterConfig) -> Result<Vec<(String, String)>, Error> {
+/// `salt.daemons.masterapi.access_keys` does: the master's user, root, the user it runs
+/// as, and `acl_users` (existing users of `publisher_acl`). Each file is 0600 and, when the
+/// master runs as root, owned by its user. Answers `(user, key)` pairs.
+fn write_client_keys(
+    cfg: &MasterConfig,
+    acl_users: Vec<String>,
+) -> Result<Vec<(String, String)>, Error> {
     let mut users = vec![cfg.user.clone(), "root".to_owned()];
     if let Some(me) = halite_config::current_user() {
         users.push(me);
     }
+    users.extend(acl_users);
     users.sort();
     users.dedup();
+    let as_root = halite_config::current_user().as_deref() == Some("root");
     let mut out = Vec::new();
     for user in users {
+        // A name that cannot be a file name component never gets a key.
+        if user.is_empty() || user.contains('/') || user.starts_with('.') {
+            tracing::warn!("No client key for user {user:?}: not a valid user name");
+            continue;
+        }
         let path = cfg.cachedir.join(format!(".{user}_key"));
         let _ = std::fs::remove_file(&path);
         let key = halite_proto::crypticle::generate_key_string();
@@ -320,9 +336,30 @@ fn write_client_keys(cfg: &MasterConfig) -> Result<Vec<(String, String)>, Error>
             .map_err(io_err("cannot write", &path))?;
         f.write_all(key.as_bytes())
             .map_err(io_err("cannot write", &path))?;
+        if as_root && user != "root" {
+            if let Some((uid, gid)) = halite_config::user_ids(&user) {
+                std::os::unix::fs::fchown(&f, Some(uid), Some(gid))
+                    .map_err(io_err("cannot hand over", &path))?;
+            }
+        }
         out.push((user, key));
     }
     Ok(out)
+}
+
+/// Opens what local ACL users need (see [`access`]): `sock_dir` traversable, the event
+/// stream and the journal replay socket connectable. The pull socket stays owner-only.
+fn open_bus_to_acl_users(cfg: &MasterConfig) {
+    let _ = std::fs::set_permissions(&cfg.sock_dir, std::fs::Permissions::from_mode(0o755));
+    for name in ["master_event_pub.ipc", "halite_journal.ipc"] {
+        let path = cfg.sock_dir.join(name);
+        if path.exists() {
+            if let Err(e) = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666))
+            {
+                tracing::warn!("Could not open {} to ACL users: {e}", path.display());
+            }
+        }
+    }
 }
 
 fn make_dir(path: &Path, mode: u32) -> Result<(), Error> {
@@ -415,6 +452,10 @@ pub async fn run(cfg: MasterConfig, shutdown: CancellationToken) -> Result<(), E
             job_store,
         },
     )?;
+
+    if master.access.has_acl() {
+        open_bus_to_acl_users(&master.cfg);
+    }
 
     // Request workers: OS threads, like Salt's MWorkers, sharing one queue.
     let incoming = Arc::new(Mutex::new(incoming));

@@ -2,8 +2,12 @@
 //! `halite_target` minion data cache, and running one case under one mode.
 
 use std::collections::BTreeSet;
+use std::fmt;
 
-use halite_acl::{Acl, Decision, Matching, PeerAcl, Request, RunnerAcl, SpecForm, Value};
+use halite_acl::{
+    Acl, Blacklist, Decision, Matching, PeerAcl, Reason, Request, RunnerAcl, SpecForm, UserAcl,
+    Value,
+};
 use halite_target::testutil::strings;
 pub use halite_target::testutil::{from_json, Fixture};
 
@@ -15,9 +19,11 @@ pub const TABLE: &str = include_str!("../salt_auth_table.json");
 pub struct Case {
     pub name: String,
     pub kind: String,
-    /// `acl`, `peer` or `peer_run`, by kind.
+    /// `acl`, `peer`, `peer_run`, `publisher_acl` or `blacklist`, by kind.
     pub config: Value,
     pub id: String,
+    /// The local user (`user`, `user_runner`, `blacklist` kinds).
+    pub user: String,
     pub fun: Value,
     pub arg: Value,
     pub tgt: Value,
@@ -47,12 +53,15 @@ pub fn load() -> (Fixture, Vec<Case>) {
             let config = match kind.as_str() {
                 "peer" => &c["peer"],
                 "runner" => &c["peer_run"],
+                "user" | "user_runner" => &c["publisher_acl"],
+                "blacklist" => &c["blacklist"],
                 _ => &c["acl"],
             };
             Case {
                 name: text(c, "name"),
                 config: from_json(config),
                 id: text(c, "id"),
+                user: text(c, "user"),
                 fun: from_json(&c["fun"]),
                 arg: from_json(&c["arg"]),
                 tgt: from_json(&c["tgt"]),
@@ -74,8 +83,48 @@ pub fn load() -> (Fixture, Vec<Case>) {
     (fixture, cases)
 }
 
-/// Halite's decision for `case` under `matching`.
-pub fn decide(fixture: &Fixture, case: &Case, matching: Matching) -> Decision {
+/// Halite's answer to one case: a [`Decision`], or the blacklist's verdict.
+#[derive(Debug, Clone)]
+pub struct Outcome {
+    pub allowed: bool,
+    /// The decision's reason; `None` for a blacklist case.
+    pub reason: Option<Reason>,
+    text: String,
+}
+
+impl From<Decision> for Outcome {
+    fn from(d: Decision) -> Self {
+        Self {
+            allowed: d.allowed,
+            text: d.to_string(),
+            reason: Some(d.reason),
+        }
+    }
+}
+
+impl fmt::Display for Outcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+/// Halite's answer for `case` under `matching`.
+pub fn decide(fixture: &Fixture, case: &Case, matching: Matching) -> Outcome {
+    if case.kind == "blacklist" {
+        let (blacklist, _) = Blacklist::parse(&case.config, matching);
+        let hit = blacklist
+            .user_is_blacklisted(&case.user)
+            .or_else(|| blacklist.cmd_is_blacklisted(&case.fun));
+        return Outcome {
+            allowed: hit.is_none(),
+            reason: None,
+            text: hit.map_or_else(|| "not blacklisted".to_owned(), |h| format!("blocked: {h}")),
+        };
+    }
+    decide_acl(fixture, case, matching).into()
+}
+
+fn decide_acl(fixture: &Fixture, case: &Case, matching: Matching) -> Decision {
     let ck = fixture.ck();
     let whitelist: Vec<&str> = case.whitelist.iter().map(String::as_str).collect();
     match case.kind.as_str() {
@@ -94,8 +143,18 @@ pub fn decide(fixture: &Fixture, case: &Case, matching: Matching) -> Decision {
                 &case.kwarg,
             )
         }
+        "user_runner" => UserAcl::parse(&case.config, matching).0.check_runner(
+            &case.user,
+            case.fun.as_str().unwrap_or_default(),
+            &case.kwarg,
+        ),
         kind => {
             let mut req = Request::new(&case.fun, &case.arg, &case.tgt, &case.tgt_type);
+            if kind == "user" {
+                return UserAcl::parse(&case.config, matching)
+                    .0
+                    .check(&case.user, &req, &ck, &whitelist);
+            }
             if kind == "peer" {
                 return PeerAcl::parse(&case.config, matching)
                     .0

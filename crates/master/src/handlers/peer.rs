@@ -449,7 +449,7 @@ fn parse_logged<A, W: std::fmt::Display, N: std::fmt::Display>(
 }
 
 /// Target expansion for the ACL evaluator: the master's expected minions.
-pub(crate) struct AclTargets<'a>(&'a Master);
+pub(crate) struct AclTargets<'a>(pub(crate) &'a Master);
 
 impl halite_acl::Targets for AclTargets<'_> {
     fn expand(&self, tgt: &Value, tgt_type: &str) -> std::collections::BTreeSet<String> {

@@ -64,16 +64,22 @@ impl Published {
 }
 
 impl Master {
+    /// The clear `publish` command (`ClearFuncs.publish`): the caller is the owner of the
+    /// presented key (see [`crate::access`]), then the blacklist and `publisher_acl`.
     pub(crate) fn handle_publish(&self, load: &Value) -> Value {
+        let caller = match self.authenticate_caller(load) {
+            Ok(c) => c,
+            Err(refusal) => return self.refuse_publish(load, &refusal),
+        };
         let mut load = load.clone();
-        let key = value::remove(&mut load, "key");
-        let user = value::get_str(&load, "user").unwrap_or("root").to_owned();
-        if !self.client_key_valid(key.as_ref()) {
-            tracing::warn!("Authentication failure of type \"user\" occurred.");
-            return auth_error();
-        }
+        value::remove(&mut load, "key");
+        let claimed = value::get_str(&load, "user").unwrap_or("root").to_owned();
         let tgt = value::get(&load, "tgt").cloned().unwrap_or(s(""));
-        match self.publish_job(load, &user, WatchFor::Nobody) {
+        let (minions, missing) = self.job_targets(&load);
+        if let Err(refusal) = self.authorize_publish(&caller, &claimed, &load, &minions) {
+            return self.refuse_publish(&load, &refusal);
+        }
+        match self.publish_to(load, caller.name(), WatchFor::Nobody, minions, missing) {
             Ok(p) => p.clear_reply(&tgt),
             Err(e) => {
                 tracing::error!("Publish failed: {e}");
@@ -82,10 +88,28 @@ impl Master {
         }
     }
 
-    /// Whether `key` is one of the local users' keys (`cachedir/.<user>_key`).
-    pub(crate) fn client_key_valid(&self, key: Option<&Value>) -> bool {
-        key.and_then(value::str_of)
-            .is_some_and(|k| self.client_keys.iter().any(|(_, v)| v == k))
+    /// Salt's refusal reply, and `salt/job/<jid>/error` when the client chose the jid.
+    fn refuse_publish(&self, load: &Value, refusal: &crate::access::Refusal) -> Value {
+        let reply = refusal.reply();
+        if let Some(jid) = value::get_str(load, "jid").filter(|j| halite_proto::jid::is_jid(j)) {
+            let mut data = load.clone();
+            value::remove(&mut data, "key");
+            if let Some(err) = value::get(&reply, "error") {
+                value::set(&mut data, "error", err.clone());
+            }
+            self.events.fire(&format!("salt/job/{jid}/error"), data);
+        }
+        reply
+    }
+
+    /// The expected minions of a clear `publish` load, and listed ids with no key.
+    fn job_targets(&self, load: &Value) -> (Vec<String>, Vec<String>) {
+        let tgt = value::get(load, "tgt").cloned().unwrap_or(s(""));
+        let tgt_type = value::get_str(load, "tgt_type").unwrap_or("glob");
+        let delimiter = value::get(load, "kwargs")
+            .and_then(|k| value::get_str(k, "delimiter"))
+            .unwrap_or(":");
+        self.expected_minions(&tgt, tgt_type, delimiter)
     }
 
     /// Publishes the job a clear `publish` load describes (`tgt`, `tgt_type`, `fun`, `arg`,
@@ -95,6 +119,19 @@ impl Master {
         load: Value,
         user: &str,
         watch: WatchFor<'_>,
+    ) -> Result<Published, String> {
+        let (minions, missing) = self.job_targets(&load);
+        self.publish_to(load, user, watch, minions, missing)
+    }
+
+    /// [`Master::publish_job`] with the expected minions already computed.
+    fn publish_to(
+        &self,
+        load: Value,
+        user: &str,
+        watch: WatchFor<'_>,
+        minions: Vec<String>,
+        missing: Vec<String>,
     ) -> Result<Published, String> {
         let tgt = value::get(&load, "tgt").cloned().unwrap_or(s(""));
         let tgt_type = value::get_str(&load, "tgt_type")
@@ -112,7 +149,6 @@ impl Master {
         let delimiter = value::get_str(&kwargs, "delimiter")
             .unwrap_or(":")
             .to_owned();
-        let (minions, missing) = self.expected_minions(&tgt, &tgt_type, &delimiter);
         if minions.is_empty() {
             return Ok(Published {
                 jid: None,
@@ -192,15 +228,4 @@ impl Master {
             missing,
         })
     }
-}
-
-/// Salt's reply to a client whose key or token did not authenticate.
-pub(crate) fn auth_error() -> Value {
-    map([(
-        "error",
-        map([
-            ("name", s("AuthenticationError")),
-            ("message", s("Authentication error occurred.")),
-        ]),
-    )])
 }

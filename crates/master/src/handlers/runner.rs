@@ -7,7 +7,7 @@
 //! at once with `{"tag": "salt/run/<jid>", "jid"}`; the result is the
 //! `salt/run/<jid>/ret` event, as in Salt.
 
-use crate::handlers::publish::{auth_error, WatchFor};
+use crate::handlers::publish::WatchFor;
 use crate::Master;
 use halite_proto::value::{self, map, s};
 use halite_proto::Value;
@@ -23,15 +23,9 @@ impl Master {
     /// The clear `runner` command: `{fun, kwarg: {arg, kwarg} | {name: value...}, key,
     /// user}`.
     pub(crate) fn handle_runner(&self, load: &Value) -> Value {
-        if !self.client_key_valid(value::get(load, "key")) {
-            tracing::warn!("Authentication failure of type \"user\" occurred.");
-            return auth_error();
-        }
-        // A sudo user runs as the master's user, as `ClearFuncs.runner` does.
-        let user = match value::get_str(load, "user") {
-            Some(u) if !u.starts_with("sudo_") => u.to_owned(),
-            Some(_) => self.cfg.user.clone(),
-            None => halite_config::current_user().unwrap_or_else(|| "root".into()),
+        let caller = match self.authenticate_caller(load) {
+            Ok(c) => c,
+            Err(refusal) => return refusal.reply(),
         };
         let Some(fun) = value::get_str(load, "fun") else {
             return runner_error("SaltInvocationError", "Missing fun");
@@ -39,6 +33,14 @@ impl Master {
         let low = value::get(load, "kwarg")
             .cloned()
             .unwrap_or(Value::Map(vec![]));
+        if let Err(refusal) = self.authorize_runner(&caller, fun, &low) {
+            return refusal.reply();
+        }
+        // A sudo caller runs as the master's user, as `ClearFuncs.runner` does.
+        let user = match &caller {
+            crate::access::Caller::Root(u) if u.starts_with("sudo_") => self.cfg.user.clone(),
+            other => other.name().to_owned(),
+        };
         let (arg, kwarg) = split_low(&low);
         if !self.runners.contains(fun) {
             return runner_error("SaltInvocationError", &format!("'{fun}' is not available."));

@@ -1,0 +1,526 @@
+//! Who may publish: local-user keys, `publisher_acl`, `publisher_acl_blacklist` and
+//! `sudo_acl` (salt-semantics.md §2.1–§2.5), decided with `halite-acl`.
+//!
+//! **Local-user keys.** At start the master writes `cachedir/.<user>_key` (0600, owned by
+//! that user) for its own user, root, the user it runs as, and every local user a
+//! `publisher_acl` key names or matches (`client_acl_verify`: users the user database does
+//! not know get no key). A presented key authenticates exactly one user, its owner, compared
+//! in constant time; the job's `user` is that owner. Only a key of root or the master's own
+//! user may name another user in the load (`sudo salt` sends root's key and `sudo_<name>`).
+//! Salt instead accepts any stored key when the load claims `root` or the master's user, so
+//! any ACL user can publish as root by editing one field; Halite does not.
+//!
+//! **What is opened to ACL users.** When `publisher_acl` is set, `sock_dir` becomes
+//! traversable (0755) and `master_event_pub.ipc` connectable by every local user (the
+//! stream of master events, which is how `salt` and `halite` follow returns, and which
+//! Salt's docs open with a manual `chmod`); `master_event_pull.ipc`, which fires events,
+//! stays owner-only. `cachedir` is 0755 (its key and session files are 0600).
+
+use crate::Master;
+use halite_acl::{Blacklist, Decision, Matching, Request, UserAcl};
+use halite_config::MasterConfig;
+use halite_proto::value::{self, map, s};
+use halite_proto::Value;
+
+/// The parsed access-control options.
+pub struct AccessControl {
+    acl: Option<UserAcl>,
+    blacklist: Option<Blacklist>,
+    sudo_acl: bool,
+}
+
+/// Who a publish authenticated as.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Caller {
+    /// Root, the master's user, or a user `sudo` made root: no ACL applies.
+    Root(String),
+    /// A `sudo_<name>` caller restricted to `<name>`'s `publisher_acl` entries (`sudo_acl`).
+    Sudo(String),
+    /// A local user whose key matched: only its `publisher_acl` entries.
+    User(String),
+}
+
+impl Caller {
+    /// The job's `user`.
+    pub fn name(&self) -> &str {
+        match self {
+            Caller::Root(n) | Caller::Sudo(n) | Caller::User(n) => n,
+        }
+    }
+}
+
+/// Why a publish or runner call was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// The key matched nobody, or the user has no ACL entries.
+    Authentication,
+    /// Blacklisted, or the ACL denies the call.
+    Authorization(String),
+}
+
+impl Refusal {
+    /// Salt's reply.
+    pub fn reply(&self) -> Value {
+        let (name, message) = match self {
+            Refusal::Authentication => ("AuthenticationError", "Authentication error occurred."),
+            Refusal::Authorization(_) => ("AuthorizationError", "Authorization error occurred."),
+        };
+        map([("error", map([("name", s(name)), ("message", s(message))]))])
+    }
+}
+
+impl AccessControl {
+    /// Parses the options; a malformed `publisher_acl` or blacklist is a startup error
+    /// naming the option.
+    pub fn from_config(cfg: &MasterConfig) -> Result<AccessControl, crate::Error> {
+        let matching =
+            Matching::from_config_value(cfg.get("acl_regex_match").unwrap_or(&Value::Nil))
+                .map_err(|e| crate::Error::Config(e.to_string()))?;
+        let acl = match cfg.get("publisher_acl") {
+            None | Some(Value::Nil) => None,
+            Some(v @ Value::Map(m)) if !m.is_empty() => {
+                let (acl, warnings) = UserAcl::parse(v, matching);
+                for w in warnings {
+                    tracing::warn!("publisher_acl: {w}");
+                }
+                for note in acl.differing_patterns() {
+                    tracing::warn!("{note}");
+                }
+                Some(acl)
+            }
+            Some(Value::Map(_)) => None,
+            Some(other) => {
+                return Err(crate::Error::Config(format!(
+                    "publisher_acl must be a map of users to ACL lists, not {other}"
+                )))
+            }
+        };
+        let blacklist = match cfg.get("publisher_acl_blacklist") {
+            None | Some(Value::Nil) => None,
+            Some(v @ Value::Map(_)) => {
+                let (b, warnings) = Blacklist::parse(v, matching);
+                for w in warnings {
+                    tracing::warn!("publisher_acl_blacklist: {w}");
+                }
+                for note in b.differing_patterns() {
+                    tracing::warn!("{note}");
+                }
+                Some(b)
+            }
+            Some(other) => {
+                return Err(crate::Error::Config(format!(
+                    "publisher_acl_blacklist must be a map with users and modules, not {other}"
+                )))
+            }
+        };
+        let sudo_acl = cfg.get("sudo_acl").is_some_and(value::truthy);
+        Ok(AccessControl {
+            acl,
+            blacklist,
+            sudo_acl,
+        })
+    }
+
+    /// Whether ACL users exist to be served (keys, sockets).
+    pub fn has_acl(&self) -> bool {
+        self.acl.is_some()
+    }
+
+    /// The local users that get a key file besides root and the master's users: every
+    /// existing user a `publisher_acl` key names or matches.
+    pub fn key_users(&self) -> Vec<String> {
+        let Some(acl) = &self.acl else {
+            return Vec::new();
+        };
+        let mut users: Vec<String> = halite_config::all_user_names()
+            .into_iter()
+            .filter(|u| acl.matches_user(u))
+            .collect();
+        users.sort();
+        users.dedup();
+        users
+    }
+}
+
+impl Master {
+    /// Which user a presented key belongs to (constant-time comparisons against every
+    /// key; `None` when it matches none).
+    fn key_owner(&self, key: Option<&Value>) -> Option<&str> {
+        let key = key.and_then(value::str_of)?;
+        let mut owner = None;
+        for (user, stored) in &self.client_keys {
+            if stored.len() == key.len()
+                && openssl::memcmp::eq(stored.as_bytes(), key.as_bytes())
+                && owner.is_none()
+            {
+                owner = Some(user.as_str());
+            }
+        }
+        owner
+    }
+
+    /// Whether `user` is root or one of the master's own users.
+    fn is_root_user(&self, user: &str) -> bool {
+        user == "root"
+            || user == self.cfg.user
+            || halite_config::current_user().as_deref() == Some(user)
+    }
+
+    /// `LoadAuth.authenticate_key` + `check_authentication("user")`, with the key's owner
+    /// as the caller.
+    pub(crate) fn authenticate_caller(&self, load: &Value) -> Result<Caller, Refusal> {
+        let claimed = value::get_str(load, "user");
+        let Some(owner) = self.key_owner(value::get(load, "key")) else {
+            tracing::warn!("Authentication failure of type \"user\" occurred.");
+            return Err(Refusal::Authentication);
+        };
+        if self.is_root_user(owner) {
+            return Ok(match claimed {
+                Some(c) if c.starts_with("sudo_") => {
+                    let name = &c["sudo_".len()..];
+                    if self.access.sudo_acl && self.access.acl.is_some() {
+                        Caller::Sudo(name.to_owned())
+                    } else {
+                        Caller::Root(c.to_owned())
+                    }
+                }
+                Some(c) if self.is_root_user(c) => Caller::Root(c.to_owned()),
+                _ => Caller::Root(owner.to_owned()),
+            });
+        }
+        if let Some(c) = claimed.filter(|c| *c != owner) {
+            tracing::warn!(
+                "The key of user {owner} was presented for user {c}; the job runs as {owner}"
+            );
+        }
+        Ok(Caller::User(owner.to_owned()))
+    }
+
+    /// The blacklist and ACL checks of a publish by `caller` (§2.1 steps 1 and 5).
+    pub(crate) fn authorize_publish(
+        &self,
+        caller: &Caller,
+        claimed_user: &str,
+        load: &Value,
+        minions: &[String],
+    ) -> Result<(), Refusal> {
+        let fun = value::get(load, "fun").cloned().unwrap_or(Value::Nil);
+        let tgt = value::get(load, "tgt").cloned().unwrap_or(s(""));
+        let tgt_type = value::get_str(load, "tgt_type").unwrap_or("glob");
+        if let Some(bl) = &self.access.blacklist {
+            let user = match caller {
+                Caller::User(u) => u.as_str(),
+                _ => claimed_user,
+            };
+            if let Some(why) = bl
+                .user_is_blacklisted(user)
+                .or_else(|| bl.cmd_is_blacklisted(&fun))
+            {
+                tracing::error!(
+                    "{user} does not have permissions to run {}. Please contact your local administrator if you believe this is in error.",
+                    shown(&fun)
+                );
+                let reason = format!("blacklisted: {why}");
+                self.fire_acl_deny(user, &fun, &tgt, tgt_type, &reason);
+                return Err(Refusal::Authorization(reason));
+            }
+        }
+        let name = match caller {
+            Caller::Root(_) => return Ok(()),
+            Caller::Sudo(n) | Caller::User(n) => n.as_str(),
+        };
+        let Some(acl) = &self.access.acl else {
+            tracing::warn!("Authentication failure of type \"user\" occurred.");
+            return Err(Refusal::Authentication);
+        };
+        let arg = value::get(load, "arg")
+            .cloned()
+            .unwrap_or(Value::Array(vec![]));
+        let expanded: std::collections::BTreeSet<String> = minions.iter().cloned().collect();
+        let mut req = Request::new(&fun, &arg, &tgt, tgt_type);
+        req.minions = Some(&expanded);
+        let decision = acl.check(
+            name,
+            &req,
+            &crate::handlers::peer::AclTargets(self),
+            &["saltutil.find_job"],
+        );
+        if decision.allowed {
+            return Ok(());
+        }
+        self.deny(caller.name(), &fun, &tgt, tgt_type, &decision)
+    }
+
+    /// A runner call by a non-root caller must be allowed by its `@runner` entries.
+    pub(crate) fn authorize_runner(
+        &self,
+        caller: &Caller,
+        fun: &str,
+        kwarg: &Value,
+    ) -> Result<(), Refusal> {
+        let name = match caller {
+            Caller::Root(_) => return Ok(()),
+            Caller::Sudo(n) | Caller::User(n) => n.as_str(),
+        };
+        let Some(acl) = &self.access.acl else {
+            return Err(Refusal::Authentication);
+        };
+        let decision = acl.check_runner(name, fun, kwarg);
+        if decision.allowed {
+            return Ok(());
+        }
+        self.deny(caller.name(), &s(fun), &s(""), "runner", &decision)
+    }
+
+    fn deny(
+        &self,
+        user: &str,
+        fun: &Value,
+        tgt: &Value,
+        tgt_type: &str,
+        decision: &Decision,
+    ) -> Result<(), Refusal> {
+        tracing::warn!("Authentication failure of type \"user\" occurred.");
+        if matches!(decision.reason, halite_acl::Reason::NoEntriesForUser { .. }) {
+            // Salt: an empty auth list is an authentication failure.
+            return Err(Refusal::Authentication);
+        }
+        tracing::info!(
+            "Publish of {} to {} ({tgt_type}) by user {user} denied: {decision}",
+            shown(fun),
+            shown(tgt)
+        );
+        let reason = decision.to_string();
+        self.fire_acl_deny(user, fun, tgt, tgt_type, &reason);
+        Err(Refusal::Authorization(reason))
+    }
+
+    fn fire_acl_deny(&self, user: &str, fun: &Value, tgt: &Value, tgt_type: &str, reason: &str) {
+        self.events.fire(
+            "halite/acl/deny",
+            map([
+                ("user", s(user)),
+                ("fun", fun.clone()),
+                ("tgt", tgt.clone()),
+                ("tgt_type", s(tgt_type)),
+                ("reason", s(reason)),
+            ]),
+        );
+    }
+}
+
+fn shown(v: &Value) -> String {
+    value::str_of(v)
+        .map(str::to_owned)
+        .unwrap_or_else(|| v.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::testing::TestMaster;
+    use halite_proto::value::{self, map, s};
+    use halite_proto::Value;
+    use halite_transport::PeerId;
+
+    // `daemon` and `nobody` exist on every Debian system; the master writes their keys.
+    const ACL: &str = "publisher_acl:\n  daemon:\n    - 'web*':\n      - 'test.*'\n    \
+        - '@jobs'\n  nobody:\n    - 'test.version'\n  bin: []\n";
+
+    fn clear(tm: &TestMaster, load: Value) -> Value {
+        let body = map([
+            ("enc", s("clear")),
+            ("load", load),
+            ("version", Value::from(3)),
+        ]);
+        let reply = tm
+            .master
+            .handle_request(&value::encode(&body), &PeerId(b"cli".to_vec()))
+            .expect("clear commands answer at once");
+        value::decode(&reply).unwrap()
+    }
+
+    fn key_of(tm: &TestMaster, user: &str) -> String {
+        tm.master
+            .client_keys
+            .iter()
+            .find(|(u, _)| u == user)
+            .unwrap_or_else(|| panic!("no key for {user}"))
+            .1
+            .clone()
+    }
+
+    fn publish(tm: &TestMaster, key: &str, user: &str, tgt: &str, fun: &str) -> Value {
+        clear(
+            tm,
+            map([
+                ("cmd", s("publish")),
+                ("tgt", s(tgt)),
+                ("tgt_type", s("glob")),
+                ("fun", s(fun)),
+                ("arg", Value::Array(vec![])),
+                ("ret", s("")),
+                ("key", s(key)),
+                ("user", s(user)),
+            ]),
+        )
+    }
+
+    fn error_name(reply: &Value) -> Option<&str> {
+        value::get(reply, "error").and_then(|e| value::get_str(e, "name"))
+    }
+
+    fn published_user(tm: &TestMaster, reply: &Value) -> String {
+        let jid = value::get(reply, "load")
+            .and_then(|l| value::get_str(l, "jid"))
+            .unwrap_or_else(|| panic!("not published: {reply}"));
+        let new = tm.events.data(&format!("salt/job/{jid}/new")).unwrap();
+        value::get_str(&new, "user").unwrap().to_owned()
+    }
+
+    fn fleet(extra: &str) -> TestMaster {
+        let tm = TestMaster::new(&format!("{ACL}{extra}"));
+        for id in ["web1", "web2", "db1"] {
+            tm.minion(id);
+        }
+        tm
+    }
+
+    #[test]
+    fn a_users_key_publishes_as_that_user_within_its_acl_only() {
+        let tm = fleet("");
+        let key = key_of(&tm, "daemon");
+        let ok = publish(&tm, &key, "daemon", "web*", "test.ping");
+        assert_eq!(published_user(&tm, &ok), "daemon");
+        // Claiming root with daemon's key changes nothing: the key's owner is the user.
+        let claimed = publish(&tm, &key, "root", "web*", "test.ping");
+        assert_eq!(published_user(&tm, &claimed), "daemon");
+        for (tgt, fun) in [
+            ("*", "test.ping"),
+            ("web*", "cmd.run"),
+            ("db1", "test.ping"),
+        ] {
+            let denied = publish(&tm, &key, "root", tgt, fun);
+            assert_eq!(
+                error_name(&denied),
+                Some("AuthorizationError"),
+                "{tgt} {fun}"
+            );
+        }
+        let deny = tm.events.data("halite/acl/deny").expect("a deny event");
+        assert_eq!(value::get_str(&deny, "user"), Some("daemon"));
+        assert_eq!(value::get_str(&deny, "fun"), Some("test.ping"));
+        assert_eq!(value::get_str(&deny, "tgt"), Some("*"));
+        let nobody = key_of(&tm, "nobody");
+        published_user(&tm, &publish(&tm, &nobody, "nobody", "*", "test.version"));
+        let denied = publish(&tm, &nobody, "nobody", "*", "test.versions");
+        assert_eq!(error_name(&denied), Some("AuthorizationError"));
+    }
+
+    #[test]
+    fn an_unknown_key_is_an_authentication_error_and_root_is_not_acl_checked() {
+        let tm = fleet("");
+        let bad = publish(&tm, "not-a-key", "root", "*", "test.ping");
+        assert_eq!(error_name(&bad), Some("AuthenticationError"));
+        // A user whose entries are empty fails authentication, as in Salt.
+        let empty = publish(&tm, &key_of(&tm, "bin"), "bin", "*", "test.ping");
+        assert_eq!(error_name(&empty), Some("AuthenticationError"));
+        let root = key_of(&tm, "root");
+        assert_eq!(
+            published_user(&tm, &publish(&tm, &root, "root", "*", "cmd.run")),
+            "root"
+        );
+    }
+
+    #[test]
+    fn the_blacklist_refuses_users_and_modules_with_an_authorization_error() {
+        let tm = fleet(
+            "publisher_acl_blacklist:\n  users:\n    - root\n    - '^(?!sudo_).*$'\n  \
+             modules:\n    - 'cmd.*'\n",
+        );
+        let root = key_of(&tm, "root");
+        let refused = publish(&tm, &root, "root", "*", "test.ping");
+        assert_eq!(error_name(&refused), Some("AuthorizationError"));
+        let daemon = key_of(&tm, "daemon");
+        let refused = publish(&tm, &daemon, "daemon", "web*", "test.ping");
+        assert_eq!(error_name(&refused), Some("AuthorizationError"));
+        // sudo_daemon is not blacklisted by the users pattern, cmd.* is for everyone.
+        published_user(&tm, &publish(&tm, &root, "sudo_daemon", "*", "test.ping"));
+        let refused = publish(&tm, &root, "sudo_daemon", "*", "cmd.run");
+        assert_eq!(error_name(&refused), Some("AuthorizationError"));
+    }
+
+    #[test]
+    fn sudo_callers_have_root_rights_unless_sudo_acl_restricts_them() {
+        let tm = fleet("");
+        let root = key_of(&tm, "root");
+        assert_eq!(
+            published_user(&tm, &publish(&tm, &root, "sudo_daemon", "*", "cmd.run")),
+            "sudo_daemon"
+        );
+        let tm = fleet("sudo_acl: True\n");
+        let root = key_of(&tm, "root");
+        let refused = publish(&tm, &root, "sudo_daemon", "*", "cmd.run");
+        assert_eq!(error_name(&refused), Some("AuthorizationError"));
+        published_user(
+            &tm,
+            &publish(&tm, &root, "sudo_daemon", "web*", "test.ping"),
+        );
+    }
+
+    #[test]
+    fn runner_calls_of_acl_users_need_runner_entries() {
+        let tm = fleet("");
+        let runner = |key: &str, fun: &str| {
+            clear(
+                &tm,
+                map([
+                    ("cmd", s("runner")),
+                    ("fun", s(fun)),
+                    ("kwarg", Value::Map(vec![])),
+                    ("key", s(key)),
+                    ("user", s("x")),
+                ]),
+            )
+        };
+        let daemon = key_of(&tm, "daemon");
+        assert!(value::get_str(&runner(&daemon, "jobs.list_jobs"), "jid").is_some());
+        let refused = runner(&daemon, "manage.up");
+        assert_eq!(error_name(&refused), Some("AuthorizationError"));
+        let refused = runner(&key_of(&tm, "nobody"), "jobs.list_jobs");
+        assert_eq!(error_name(&refused), Some("AuthorizationError"));
+    }
+
+    #[test]
+    fn key_files_belong_to_their_users_and_are_private() {
+        use std::os::unix::fs::MetadataExt;
+        let tm = fleet("");
+        let path = tm.master.cfg.cachedir.join(".daemon_key");
+        let meta = std::fs::metadata(&path).unwrap();
+        assert_eq!(meta.mode() & 0o777, 0o600);
+        if halite_config::current_user().as_deref() == Some("root") {
+            assert_eq!(
+                Some(meta.uid()),
+                halite_config::user_ids("daemon").map(|i| i.0)
+            );
+        }
+        assert_eq!(
+            std::fs::read_to_string(&path).unwrap(),
+            key_of(&tm, "daemon")
+        );
+    }
+
+    #[test]
+    fn a_malformed_publisher_acl_is_a_startup_error_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let yaml = format!(
+            "root_dir: {}\npublisher_acl: [fred]\n",
+            dir.path().display()
+        );
+        let cfg =
+            halite_config::MasterConfig::from_yaml_str(&yaml, &dir.path().join("master")).unwrap();
+        let err = super::AccessControl::from_config(&cfg)
+            .err()
+            .expect("an error");
+        assert!(err.to_string().contains("publisher_acl"), "{err}");
+    }
+}
