@@ -196,7 +196,8 @@ impl Master {
         Ok(Caller::User(owner.to_owned()))
     }
 
-    /// The blacklist and ACL checks of a publish by `caller` (§2.1 steps 1 and 5).
+    /// The blacklist and ACL checks of a publish by `caller` (§2.1 steps 1 and 5): logs
+    /// Salt's lines and fires `halite/acl/deny` on a refusal.
     pub(crate) fn authorize_publish(
         &self,
         caller: &Caller,
@@ -204,34 +205,70 @@ impl Master {
         load: &Value,
         minions: &[String],
     ) -> Result<(), Refusal> {
+        let verdict = self.publish_verdict(caller, claimed_user, load, minions);
+        let Err((refusal, reason)) = verdict else {
+            return Ok(());
+        };
+        let fun = value::get(load, "fun").cloned().unwrap_or(Value::Nil);
+        let tgt = value::get(load, "tgt").cloned().unwrap_or(s(""));
+        let tgt_type = value::get_str(load, "tgt_type").unwrap_or("glob");
+        let user = self.checked_user(caller, claimed_user);
+        match &refusal {
+            Refusal::Authorization(_) if reason.starts_with("blacklisted") => tracing::error!(
+                "{user} does not have permissions to run {}. Please contact your local administrator if you believe this is in error.",
+                shown(&fun)
+            ),
+            _ => {
+                tracing::warn!("Authentication failure of type \"user\" occurred.");
+                tracing::info!(
+                    "Publish of {} to {} ({tgt_type}) by user {user} denied: {reason}",
+                    shown(&fun),
+                    shown(&tgt)
+                );
+            }
+        }
+        self.fire_acl_deny(user, &fun, &tgt, tgt_type, &reason);
+        Err(refusal)
+    }
+
+    /// The user the blacklist and the deny event name: a key owner, or whom root's key
+    /// speaks for.
+    fn checked_user<'a>(&self, caller: &'a Caller, claimed_user: &'a str) -> &'a str {
+        match caller {
+            Caller::User(u) => u,
+            _ => claimed_user,
+        }
+    }
+
+    /// The decision behind [`Master::authorize_publish`], without logging: the refusal and
+    /// its reason.
+    fn publish_verdict(
+        &self,
+        caller: &Caller,
+        claimed_user: &str,
+        load: &Value,
+        minions: &[String],
+    ) -> Result<String, (Refusal, String)> {
         let fun = value::get(load, "fun").cloned().unwrap_or(Value::Nil);
         let tgt = value::get(load, "tgt").cloned().unwrap_or(s(""));
         let tgt_type = value::get_str(load, "tgt_type").unwrap_or("glob");
         if let Some(bl) = &self.access.blacklist {
-            let user = match caller {
-                Caller::User(u) => u.as_str(),
-                _ => claimed_user,
-            };
+            let user = self.checked_user(caller, claimed_user);
             if let Some(why) = bl
                 .user_is_blacklisted(user)
                 .or_else(|| bl.cmd_is_blacklisted(&fun))
             {
-                tracing::error!(
-                    "{user} does not have permissions to run {}. Please contact your local administrator if you believe this is in error.",
-                    shown(&fun)
-                );
                 let reason = format!("blacklisted: {why}");
-                self.fire_acl_deny(user, &fun, &tgt, tgt_type, &reason);
-                return Err(Refusal::Authorization(reason));
+                return Err((Refusal::Authorization(reason.clone()), reason));
             }
         }
         let name = match caller {
-            Caller::Root(_) => return Ok(()),
+            Caller::Root(n) => return Ok(format!("{n} has root's rights: no ACL applies")),
             Caller::Sudo(n) | Caller::User(n) => n.as_str(),
         };
         let Some(acl) = &self.access.acl else {
-            tracing::warn!("Authentication failure of type \"user\" occurred.");
-            return Err(Refusal::Authentication);
+            let reason = format!("no publisher_acl entries for user '{name}'");
+            return Err((Refusal::Authentication, reason));
         };
         let arg = value::get(load, "arg")
             .cloned()
@@ -245,10 +282,66 @@ impl Master {
             &crate::handlers::peer::AclTargets(self),
             &["saltutil.find_job"],
         );
-        if decision.allowed {
-            return Ok(());
+        let reason = decision.to_string();
+        match decision.reason {
+            _ if decision.allowed => Ok(reason),
+            // Salt: an empty auth list is an authentication failure.
+            halite_acl::Reason::NoEntriesForUser { .. } => Err((Refusal::Authentication, reason)),
+            _ => Err((Refusal::Authorization(reason.clone()), reason)),
         }
-        self.deny(caller.name(), &fun, &tgt, tgt_type, &decision)
+    }
+
+    /// `acl.check`: what the access control would decide for `user` running `fun` with
+    /// `arg` on `tgt`, and why — without publishing, logging or firing anything.
+    pub(crate) fn explain_publish(
+        &self,
+        user: &str,
+        tgt: &Value,
+        tgt_type: &str,
+        fun: &Value,
+        arg: &Value,
+    ) -> Value {
+        let caller = if self.is_root_user(user) {
+            Caller::Root(user.to_owned())
+        } else if let Some(name) = user.strip_prefix("sudo_") {
+            if self.access.sudo_acl && self.access.acl.is_some() {
+                Caller::Sudo(name.to_owned())
+            } else {
+                Caller::Root(user.to_owned())
+            }
+        } else {
+            Caller::User(user.to_owned())
+        };
+        let load = map([
+            ("tgt", tgt.clone()),
+            ("tgt_type", s(tgt_type)),
+            ("fun", fun.clone()),
+            ("arg", arg.clone()),
+        ]);
+        let (minions, _) = self.expected_minions(tgt, tgt_type, halite_target::DEFAULT_DELIMITER);
+        let (allowed, error, reason) = match self.publish_verdict(&caller, user, &load, &minions) {
+            Ok(reason) => (true, Value::Nil, reason),
+            Err((refusal, reason)) => {
+                let name = value::get(&refusal.reply(), "error")
+                    .and_then(|e| value::get(e, "name"))
+                    .cloned()
+                    .unwrap_or(Value::Nil);
+                (false, name, reason)
+            }
+        };
+        map([
+            ("user", s(user)),
+            ("fun", fun.clone()),
+            ("tgt", tgt.clone()),
+            ("tgt_type", s(tgt_type)),
+            (
+                "minions",
+                Value::Array(minions.into_iter().map(s).collect()),
+            ),
+            ("allowed", Value::from(allowed)),
+            ("error", error),
+            ("reason", s(reason)),
+        ])
     }
 
     /// A runner call by a non-root caller must be allowed by its `@runner` entries.
@@ -488,6 +581,39 @@ mod tests {
         assert_eq!(error_name(&refused), Some("AuthorizationError"));
         let refused = runner(&key_of(&tm, "nobody"), "jobs.list_jobs");
         assert_eq!(error_name(&refused), Some("AuthorizationError"));
+    }
+
+    #[test]
+    fn acl_check_explains_which_entry_allows_or_why_it_denies_without_publishing() {
+        let tm = fleet("publisher_acl_blacklist:\n  modules: ['cmd.*']\n");
+        let ask = |user: &str, tgt: &str, fun: &str| {
+            tm.master
+                .explain_publish(user, &s(tgt), "glob", &s(fun), &Value::Array(vec![]))
+        };
+        let ok = ask("daemon", "web*", "test.ping");
+        assert_eq!(value::get(&ok, "allowed"), Some(&Value::from(true)));
+        assert!(
+            value::get_str(&ok, "reason").unwrap().contains("test.*"),
+            "{ok}"
+        );
+        assert_eq!(
+            value::get(&ok, "minions"),
+            Some(&Value::Array(vec![s("web1"), s("web2")]))
+        );
+        let no = ask("daemon", "*", "test.ping");
+        assert_eq!(value::get(&no, "allowed"), Some(&Value::from(false)));
+        assert_eq!(value::get_str(&no, "error"), Some("AuthorizationError"));
+        let black = ask("root", "*", "cmd.run");
+        assert!(value::get_str(&black, "reason")
+            .unwrap()
+            .starts_with("blacklisted"));
+        let stranger = ask("mail", "*", "test.ping");
+        assert_eq!(
+            value::get_str(&stranger, "error"),
+            Some("AuthenticationError")
+        );
+        assert!(tm.wire.publishes.lock().unwrap().is_empty());
+        assert!(tm.events.tags("halite/acl/deny").is_empty());
     }
 
     #[test]

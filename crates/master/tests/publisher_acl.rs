@@ -494,8 +494,21 @@ fn start_fleet(root: &TempRoot, ids: &[&str]) -> Vec<Proc> {
 
 /// Starts the master of `kind` and waits for its request port. For a stock master, also
 /// opens its event socket to every user once it exists (Salt's documented manual step).
+///
+/// Each master starts on an empty `sock_dir`: a stock master stopped at the end of its
+/// grace leaves its sockets behind, and its event socket must not be mistaken for the new
+/// master's.
 fn start_master(root: &TempRoot, kind: Kind) -> Proc {
-    let sock = root.master_root().join("sock").join("master_event_pub.ipc");
+    let sock_dir = root.master_root().join("sock");
+    for entry in std::fs::read_dir(&sock_dir)
+        .unwrap_or_else(|e| panic!("cannot list {}: {e}", sock_dir.display()))
+        .flatten()
+    {
+        let path = entry.path();
+        std::fs::remove_file(&path)
+            .unwrap_or_else(|e| panic!("cannot remove {}: {e}", path.display()));
+    }
+    let sock = sock_dir.join("master_event_pub.ipc");
     match kind {
         Kind::Halite => {
             let master = start_halite_master(root);
@@ -503,8 +516,6 @@ fn start_master(root: &TempRoot, kind: Kind) -> Proc {
             master
         }
         Kind::Stock => {
-            // A socket left by an earlier master would be opened instead of the new one.
-            let _ = std::fs::remove_file(&sock);
             let master = start_stock_master(root);
             wait_for_port(root.ret_port(), JOIN);
             assert!(
@@ -603,6 +614,9 @@ fn stock_salt_cli_users_get_the_same_answers_from_halite_as_from_a_stock_master(
         &["db1", "mongo1"],
     );
     let (stock_wrong, stock) = callers.run_cases(Cli::Stock, "stock master", SEED_CASES);
+    for line in &stock_wrong {
+        eprintln!("{line}");
+    }
     master.stop();
     drop(master);
 

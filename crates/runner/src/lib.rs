@@ -117,6 +117,10 @@ pub trait RunnerHost: Send + Sync {
     fn delete_key(&self, id: &str) -> Result<(), String>;
     /// Fires an event on the master bus.
     fn fire(&self, tag: &str, data: Value);
+    /// What the master's access control decides for `user` running `fun` with `arg` on
+    /// `tgt` (`acl.check`): `{user, fun, tgt, tgt_type, minions, allowed, error, reason}`.
+    fn acl_check(&self, user: &str, tgt: &Value, tgt_type: &str, fun: &Value, arg: &Value)
+        -> Value;
     /// The master's options (`timeout`, `gather_job_timeout`, `id`, `raw`, ...).
     fn opts(&self) -> &halite_config::MasterConfig;
 }

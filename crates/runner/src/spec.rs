@@ -32,7 +32,8 @@ impl FunSpec {
     }
 }
 
-/// The spec of `name`, if Halite implements it.
+/// The spec of `name`, if Halite implements it: Salt's runners, then Halite's own.
 pub(crate) fn find(name: &str) -> Option<&'static FunSpec> {
     halite_pycall::find(SPECS, name, |spec| spec.name)
+        .or_else(|| halite_pycall::find(crate::modules::acl::SPECS, name, |spec| spec.name))
 }

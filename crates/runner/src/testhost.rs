@@ -298,6 +298,23 @@ impl RunnerHost for FakeHost {
     fn opts(&self) -> &MasterConfig {
         &self.opts
     }
+
+    fn acl_check(
+        &self,
+        user: &str,
+        tgt: &Value,
+        tgt_type: &str,
+        fun: &Value,
+        arg: &Value,
+    ) -> Value {
+        map([
+            ("user", Value::from(user)),
+            ("tgt", tgt.clone()),
+            ("tgt_type", Value::from(tgt_type)),
+            ("fun", fun.clone()),
+            ("arg", arg.clone()),
+        ])
+    }
 }
 
 /// The field `key` of the event data fired with `tag`.

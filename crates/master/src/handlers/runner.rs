@@ -186,6 +186,17 @@ impl RunnerHost for Host<'_> {
     fn opts(&self) -> &halite_config::MasterConfig {
         &self.0.cfg
     }
+
+    fn acl_check(
+        &self,
+        user: &str,
+        tgt: &Value,
+        tgt_type: &str,
+        fun: &Value,
+        arg: &Value,
+    ) -> Value {
+        self.0.explain_publish(user, tgt, tgt_type, fun, arg)
+    }
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! The runner modules, one file per Salt module.
 
+pub(crate) mod acl;
 pub(crate) mod jobs;
 pub(crate) mod manage;
 
@@ -7,5 +8,7 @@ use crate::registry::Export;
 
 /// Every function of every module.
 pub(crate) fn exports() -> impl Iterator<Item = &'static Export> {
-    [jobs::EXPORTS, manage::EXPORTS].into_iter().flatten()
+    [acl::EXPORTS, jobs::EXPORTS, manage::EXPORTS]
+        .into_iter()
+        .flatten()
 }
