@@ -309,17 +309,17 @@ async fn run(cli: &Cli, cfg: &MasterConfig, job: PublishRequest) -> u8 {
                 );
                 0
             }
-            Err(e) => report_client_error(&e),
+            Err(e) => report_client_error(&printer, &e),
         };
     }
     // Listen before publishing, so no early return is missed.
     let mut listener = match client.listen_jobs().await {
         Ok(l) => l,
-        Err(e) => return report_client_error(&e),
+        Err(e) => return report_client_error(&printer, &e),
     };
     let reply = match client.publish(&job).await {
         Ok(r) => r,
-        Err(e) => return report_client_error(&e),
+        Err(e) => return report_client_error(&printer, &e),
     };
     let Some(jid) = reply.jid.clone() else {
         println!("No minions matched the target. No command was sent, no jid was assigned.");
@@ -372,7 +372,7 @@ async fn run(cli: &Cli, cfg: &MasterConfig, job: PublishRequest) -> u8 {
         },
     );
     if let Err(e) = follow.await {
-        return report_client_error(&e);
+        return report_client_error(&printer, &e);
     }
     if cli.static_ {
         let max = retcodes.iter().copied().max().unwrap_or(0);
@@ -389,16 +389,18 @@ async fn run(cli: &Cli, cfg: &MasterConfig, job: PublishRequest) -> u8 {
     0
 }
 
-fn report_client_error(e: &halite_client::Error) -> u8 {
+/// `SaltCMD._run`'s handling of a client error: the message goes through the outputter
+/// (`_output_ret(str(exc), "")`), exit code 0.
+fn report_client_error(printer: &Printer, e: &halite_client::Error) -> u8 {
     use halite_client::Error as E;
     match e {
         E::NoMaster => {
             tracing::error!("Unable to connect to the salt master publisher");
-            println!("{e}");
+            printer.print(&s(e.to_string()), None, 0, false);
             0
         }
         E::Timeout | E::Authentication | E::Authorization => {
-            println!("{e}");
+            printer.print(&s(e.to_string()), None, 0, false);
             0
         }
         other => {

@@ -231,6 +231,33 @@ impl Master {
         Err(refusal)
     }
 
+    /// Why `user` or `fun` is blacklisted, if either is.
+    fn blacklist_hit(&self, user: &str, fun: &Value) -> Option<String> {
+        let bl = self.access.blacklist.as_ref()?;
+        bl.user_is_blacklisted(user)
+            .or_else(|| bl.cmd_is_blacklisted(fun))
+            .map(|why| format!("blacklisted: {why}"))
+    }
+
+    /// Salt's first check of a publish (§2.1 step 1), before any key is looked at: the
+    /// user the load names and its function against `publisher_acl_blacklist`. (The key's
+    /// owner is checked again once known.)
+    pub(crate) fn check_blacklist_first(&self, load: &Value) -> Result<(), Refusal> {
+        let user = value::get_str(load, "user").unwrap_or("root");
+        let fun = value::get(load, "fun").cloned().unwrap_or(Value::Nil);
+        let Some(reason) = self.blacklist_hit(user, &fun) else {
+            return Ok(());
+        };
+        tracing::error!(
+            "{user} does not have permissions to run {}. Please contact your local administrator if you believe this is in error.",
+            shown(&fun)
+        );
+        let tgt = value::get(load, "tgt").cloned().unwrap_or(s(""));
+        let tgt_type = value::get_str(load, "tgt_type").unwrap_or("glob");
+        self.fire_acl_deny(user, &fun, &tgt, tgt_type, &reason);
+        Err(Refusal::Authorization(reason))
+    }
+
     /// The user the blacklist and the deny event name: a key owner, or whom root's key
     /// speaks for.
     fn checked_user<'a>(&self, caller: &'a Caller, claimed_user: &'a str) -> &'a str {
@@ -252,15 +279,8 @@ impl Master {
         let fun = value::get(load, "fun").cloned().unwrap_or(Value::Nil);
         let tgt = value::get(load, "tgt").cloned().unwrap_or(s(""));
         let tgt_type = value::get_str(load, "tgt_type").unwrap_or("glob");
-        if let Some(bl) = &self.access.blacklist {
-            let user = self.checked_user(caller, claimed_user);
-            if let Some(why) = bl
-                .user_is_blacklisted(user)
-                .or_else(|| bl.cmd_is_blacklisted(&fun))
-            {
-                let reason = format!("blacklisted: {why}");
-                return Err((Refusal::Authorization(reason.clone()), reason));
-            }
+        if let Some(reason) = self.blacklist_hit(self.checked_user(caller, claimed_user), &fun) {
+            return Err((Refusal::Authorization(reason.clone()), reason));
         }
         let name = match caller {
             Caller::Root(n) => return Ok(format!("{n} has root's rights: no ACL applies")),

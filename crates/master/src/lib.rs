@@ -429,6 +429,8 @@ pub async fn run(cfg: MasterConfig, shutdown: CancellationToken) -> Result<(), E
     // `salt` (LocalClient) refuses to publish unless this path exists; Halite takes
     // publishes on the request port, so the path is a marker, like Salt's `workers.ipc`.
     let marker = cfg.sock_dir.join("publish_pull.ipc");
+    // A stock master leaves a socket there, which cannot be written as a file.
+    let _ = std::fs::remove_file(&marker);
     std::fs::write(&marker, b"").map_err(io_err("cannot write", &marker))?;
 
     let job_store = Arc::new(RedbJobStore::open(cfg.cachedir.join("jobs.redb"))?);

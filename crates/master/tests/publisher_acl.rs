@@ -31,6 +31,8 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::Duration;
+use Expect::{Denied, Returns, Unauthenticated};
+use Who::{Root, Sudo, User};
 
 /// The ACL of seed 003, exactly.
 const SEED_ACL: &str = "\
@@ -124,135 +126,73 @@ enum Expect {
     Unauthenticated,
 }
 
-struct Case {
-    who: Who,
-    args: &'static [&'static str],
-    expect: Expect,
-}
-
-const fn case(who: Who, args: &'static [&'static str], expect: Expect) -> Case {
-    Case { who, args, expect }
-}
+/// Who runs the CLI, its arguments, and what it must give.
+type Case = (Who, &'static [&'static str], Expect);
 
 const ALL: &[&str] = &["db1", "log1", "mongo1", "web1", "web2"];
-use Expect::{Denied, Returns, Unauthenticated};
-use Who::{Root, Sudo, User};
 
 /// Every allowed and denied case of the seed, per user.
+#[rustfmt::skip]
 const SEED_CASES: &[Case] = &[
     // fred: test.*, pkg.*, apache.* on web* only.
-    case(
-        User("fred"),
-        &["web*", "test.ping"],
-        Returns(&["web1", "web2"], 0),
-    ),
-    case(
-        User("fred"),
-        &["web1", "test.version"],
-        Returns(&["web1"], 0),
-    ),
+    (User("fred"), &["web*", "test.ping"], Returns(&["web1", "web2"], 0)),
+    (User("fred"), &["web1", "test.version"], Returns(&["web1"], 0)),
     // web2 (Halite) has no pkg module: a return saying so, and exit 1.
-    case(
-        User("fred"),
-        &["web*", "pkg.version"],
-        Returns(&["web1", "web2"], 1),
-    ),
-    case(User("fred"), &["*", "test.ping"], Denied),
-    case(User("fred"), &["log1", "test.ping"], Denied),
-    case(User("fred"), &["web1", "cmd.run", "id"], Denied),
+    (User("fred"), &["web*", "pkg.version"], Returns(&["web1", "web2"], 1)),
+    (User("fred"), &["*", "test.ping"], Denied),
+    (User("fred"), &["log1", "test.ping"], Denied),
+    (User("fred"), &["web1", "cmd.run", "id"], Denied),
     // Every targeted minion must be inside the ACL target.
-    case(User("fred"), &["-L", "web1,log1", "test.ping"], Denied),
-    // dave: test.version anywhere, network.* on mongo*, network.*/pkg.* on log*, kmod.* on
-    // G@os:RedHat.
-    case(User("dave"), &["*", "test.version"], Returns(ALL, 0)),
-    case(User("dave"), &["*", "test.ping"], Denied),
-    case(
-        User("dave"),
-        &["mongo*", "network.ipaddrs"],
-        Returns(&["mongo1"], 1),
-    ),
-    case(
-        User("dave"),
-        &["log*", "pkg.version"],
-        Returns(&["log1"], 0),
-    ),
-    case(
-        User("dave"),
-        &["log1", "network.ipaddrs"],
-        Returns(&["log1"], 0),
-    ),
-    case(User("dave"), &["mongo1", "pkg.version"], Denied),
-    case(User("dave"), &["web1", "network.ipaddrs"], Denied),
-    case(
-        User("dave"),
-        &["-G", "os:RedHat", "kmod.lsmod"],
-        Returns(&["db1", "mongo1"], 1),
-    ),
-    case(
-        User("dave"),
-        &["mongo1", "kmod.lsmod"],
-        Returns(&["mongo1"], 1),
-    ),
-    case(User("dave"), &["-G", "os:Debian", "kmod.lsmod"], Denied),
-    case(User("dave"), &["log1", "kmod.lsmod"], Denied),
+    (User("fred"), &["-L", "web1,log1", "test.ping"], Denied),
+    // dave: test.version anywhere, network.* on mongo*, network.* and pkg.* on log*, kmod.*
+    // on G@os:RedHat (mongo1 and db1).
+    (User("dave"), &["*", "test.version"], Returns(ALL, 0)),
+    (User("dave"), &["*", "test.ping"], Denied),
+    (User("dave"), &["mongo*", "network.ipaddrs"], Returns(&["mongo1"], 1)),
+    (User("dave"), &["log*", "pkg.version"], Returns(&["log1"], 0)),
+    (User("dave"), &["log1", "network.ipaddrs"], Returns(&["log1"], 0)),
+    (User("dave"), &["mongo1", "pkg.version"], Denied),
+    (User("dave"), &["web1", "network.ipaddrs"], Denied),
+    (User("dave"), &["-G", "os:RedHat", "kmod.lsmod"], Returns(&["db1", "mongo1"], 1)),
+    (User("dave"), &["mongo1", "kmod.lsmod"], Returns(&["mongo1"], 1)),
+    (User("dave"), &["-G", "os:Debian", "kmod.lsmod"], Denied),
+    (User("dave"), &["log1", "kmod.lsmod"], Denied),
     // Two entries cannot be combined to cover one target.
-    case(
-        User("dave"),
-        &["-L", "mongo1,log1", "network.ipaddrs"],
-        Denied,
-    ),
+    (User("dave"), &["-L", "mongo1,log1", "network.ipaddrs"], Denied),
     // steve: everything.
-    case(User("steve"), &["*", "test.version"], Returns(ALL, 0)),
-    case(
-        User("steve"),
-        &["log1", "cmd.run", "echo hi"],
-        Returns(&["log1"], 0),
-    ),
-    case(
-        User("steve"),
-        &["web2", "cmd.run", "echo hi"],
-        Returns(&["web2"], 0),
-    ),
+    (User("steve"), &["*", "test.version"], Returns(ALL, 0)),
+    (User("steve"), &["log1", "cmd.run", "echo hi"], Returns(&["log1"], 0)),
+    (User("steve"), &["web2", "cmd.run", "echo hi"], Returns(&["web2"], 0)),
     // eve: not in publisher_acl, so the master made her no key.
-    case(User("eve"), &["*", "test.ping"], Unauthenticated),
-    case(User("eve"), &["web1", "test.version"], Unauthenticated),
+    (User("eve"), &["*", "test.ping"], Unauthenticated),
+    (User("eve"), &["web1", "test.version"], Unauthenticated),
 ];
 
 /// The blacklist with `sudo_acl` off: sudo means full rights, except `cmd.*`.
+#[rustfmt::skip]
 const BLACKLIST_CASES: &[Case] = &[
-    case(Root, &["*", "test.ping"], Denied),
-    case(User("fred"), &["web2", "test.ping"], Denied),
-    case(User("steve"), &["web2", "test.ping"], Denied),
+    (Root, &["*", "test.ping"], Denied),
+    (User("fred"), &["web2", "test.ping"], Denied),
+    (User("steve"), &["web2", "test.ping"], Denied),
     // The blacklist comes before authentication: eve (no key) is refused as blacklisted.
-    case(User("eve"), &["web2", "test.ping"], Denied),
-    case(Sudo("fred"), &["web2", "test.ping"], Returns(&["web2"], 0)),
-    case(
-        Sudo("fred"),
-        &["mongo1", "test.ping"],
-        Returns(&["mongo1"], 0),
-    ),
-    case(
-        Sudo("fred"),
-        &["*", "test.version"],
-        Returns(&["mongo1", "web2"], 0),
-    ),
-    case(Sudo("fred"), &["web2", "cmd.run", "id"], Denied),
-    case(Sudo("steve"), &["web2", "cmd.run", "id"], Denied),
+    (User("eve"), &["web2", "test.ping"], Denied),
+    (Sudo("fred"), &["web2", "test.ping"], Returns(&["web2"], 0)),
+    (Sudo("fred"), &["mongo1", "test.ping"], Returns(&["mongo1"], 0)),
+    (Sudo("fred"), &["*", "test.version"], Returns(&["mongo1", "web2"], 0)),
+    (Sudo("fred"), &["web2", "cmd.run", "id"], Denied),
+    (Sudo("steve"), &["web2", "cmd.run", "id"], Denied),
 ];
 
 /// The blacklist with `sudo_acl: true`: `sudo_<name>` gets `<name>`'s entries only.
+#[rustfmt::skip]
 const SUDO_ACL_CASES: &[Case] = &[
-    case(Root, &["*", "test.ping"], Denied),
-    case(Sudo("fred"), &["web2", "test.ping"], Returns(&["web2"], 0)),
-    case(Sudo("fred"), &["mongo1", "test.ping"], Denied),
-    case(Sudo("fred"), &["*", "test.version"], Denied),
-    case(Sudo("fred"), &["web2", "cmd.run", "id"], Denied),
-    case(
-        Sudo("steve"),
-        &["*", "test.version"],
-        Returns(&["mongo1", "web2"], 0),
-    ),
-    case(Sudo("eve"), &["web2", "test.ping"], Unauthenticated),
+    (Root, &["*", "test.ping"], Denied),
+    (Sudo("fred"), &["web2", "test.ping"], Returns(&["web2"], 0)),
+    (Sudo("fred"), &["mongo1", "test.ping"], Denied),
+    (Sudo("fred"), &["*", "test.version"], Denied),
+    (Sudo("fred"), &["web2", "cmd.run", "id"], Denied),
+    (Sudo("steve"), &["*", "test.version"], Returns(&["mongo1", "web2"], 0)),
+    (Sudo("eve"), &["web2", "test.ping"], Unauthenticated),
 ];
 
 /// What a CLI printed with `--out json`, and its exit code.
@@ -430,14 +370,14 @@ impl<'a> Callers<'a> {
     fn run_cases(&self, cli: Cli, what: &str, cases: &[Case]) -> (Vec<String>, Vec<Outcome>) {
         let mut wrong = Vec::new();
         let mut outcomes = Vec::new();
-        for c in cases {
-            let got = self.run(cli, c.who, c.args);
-            if !got.meets(c.expect) {
+        for &(who, args, expect) in cases {
+            let got = self.run(cli, who, args);
+            if !got.meets(expect) {
                 wrong.push(format!(
                     "{what}: {} {}: expected {}, got {got}",
-                    c.who,
-                    c.args.join(" "),
-                    expected(c.expect)
+                    who,
+                    args.join(" "),
+                    expected(expect)
                 ));
             }
             outcomes.push(got);
@@ -458,14 +398,17 @@ impl<'a> Callers<'a> {
         });
         if !ok {
             let last = last.map_or_else(String::new, |o| o.to_string());
-            panic!("{who} {args:?} with the {cli:?} CLI never returned from exactly {ids:?}; last: {last}");
+            panic!(
+                "{who} {args:?} with the {cli:?} CLI never returned from exactly {ids:?}; \
+                 last: {last}"
+            );
         }
     }
 }
 
 fn program(cli: Cli) -> PathBuf {
     match cli {
-        Cli::Halite => halite_bin("halite"),
+        Cli::Halite => runnable_by_all(&halite_bin("halite")),
         Cli::Stock => stock_bin("salt"),
     }
 }
@@ -571,24 +514,51 @@ fn seed_acl_allows_and_denies_each_case_for_users_of_the_halite_cli() {
     }
     assert_eq!(key_file(&root, "root"), Some((0o600, 0)), ".root_key");
     assert_eq!(key_file(&root, "eve"), None, "eve is not in publisher_acl");
+    // What ACL users need is open to them: the cachedir to traverse, the event stream to
+    // connect to; firing events stays the master's.
+    let mode = |path: PathBuf| {
+        std::fs::metadata(&path)
+            .map(|m| m.permissions().mode() & 0o777)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    };
+    let master_root = root.master_root();
+    assert_eq!(
+        mode(master_root.join("cache")) & 0o001,
+        0o001,
+        "cachedir o+x"
+    );
+    let sock = master_root.join("sock");
+    assert_eq!(
+        mode(sock.join("master_event_pub.ipc")) & 0o006,
+        0o006,
+        "master_event_pub.ipc connectable by others"
+    );
+    assert_eq!(
+        mode(sock.join("master_event_pull.ipc")) & 0o002,
+        0,
+        "master_event_pull.ipc not writable by others"
+    );
 
-    let (wrong, _) = callers.run_cases(Cli::Halite, "halite CLI", SEED_CASES);
+    let (mut wrong, _) = callers.run_cases(Cli::Halite, "halite CLI", SEED_CASES);
+    // The nested outputter prints the bare message, as stock `salt` does, and exits 0.
+    for (who, args, message) in [
+        (User("fred"), &["log1", "test.ping"], AUTHORIZATION_ERROR),
+        (User("eve"), &["*", "test.ping"], AUTHENTICATION_ERROR),
+    ] {
+        let got = callers.run_nested(Cli::Halite, who, args);
+        let want = (format!("{message}\n"), Some(0));
+        if got != want {
+            wrong.push(format!(
+                "halite CLI, nested output: {who} {}: expected {want:?}, got {got:?}",
+                args.join(" ")
+            ));
+        }
+    }
     assert!(
         wrong.is_empty(),
-        "{} of {} cases wrong:\n{}",
+        "{} cases wrong:\n{}",
         wrong.len(),
-        SEED_CASES.len(),
         wrong.join("\n")
-    );
-
-    // The nested outputter prints the bare message, as stock `salt` does, and exits 0.
-    assert_eq!(
-        callers.run_nested(Cli::Halite, User("fred"), &["log1", "test.ping"]),
-        (format!("{AUTHORIZATION_ERROR}\n"), Some(0))
-    );
-    assert_eq!(
-        callers.run_nested(Cli::Halite, User("eve"), &["*", "test.ping"]),
-        (format!("{AUTHENTICATION_ERROR}\n"), Some(0))
     );
 }
 
@@ -643,12 +613,12 @@ fn stock_salt_cli_users_get_the_same_answers_from_halite_as_from_a_stock_master(
 
     let mut wrong = stock_wrong;
     wrong.extend(halite_wrong);
-    for ((c, s), h) in SEED_CASES.iter().zip(&stock).zip(&halite) {
+    for (((who, args, _), s), h) in SEED_CASES.iter().zip(&stock).zip(&halite) {
         if s != h {
             wrong.push(format!(
                 "{} {}: stock master gave {s}, Halite master gave {h}",
-                c.who,
-                c.args.join(" ")
+                who,
+                args.join(" ")
             ));
         }
     }
@@ -708,19 +678,23 @@ fn every_refused_publish_fires_halite_acl_deny_with_user_fun_target_and_reason()
     let _fleet = start_fleet(&root, &ids);
     wait_for_pings(&root, &ids);
 
-    // An allowed publish first (it must fire nothing), then three refusals.
-    let steps: [(Who, &[&str], Expect); 4] = [
-        (User("fred"), &["web2", "test.ping"], Returns(&["web2"], 0)),
-        (User("fred"), &["mongo1", "test.ping"], Denied),
-        (User("dave"), &["web2", "kmod.lsmod"], Denied),
-        (User("steve"), &["web2", "cmd.run", "id"], Denied),
+    // An allowed publish first (it must fire nothing), then three refusals (nested output:
+    // what is checked here is the events, not the JSON form of the message).
+    let allowed = callers.run(Cli::Halite, User("fred"), &["web2", "test.ping"]);
+    assert!(
+        allowed.meets(Returns(&["web2"], 0)),
+        "fred web2 test.ping: {allowed}"
+    );
+    let refused: [(Who, &[&str]); 3] = [
+        (User("fred"), &["mongo1", "test.ping"]),
+        (User("dave"), &["web2", "kmod.lsmod"]),
+        (User("steve"), &["web2", "cmd.run", "id"]),
     ];
-    for (who, args, expect) in steps {
-        let got = callers.run(Cli::Halite, who, args);
-        assert!(
-            got.meets(expect),
-            "{who} {args:?}: expected {}, got {got}",
-            expected(expect)
+    for (who, args) in refused {
+        assert_eq!(
+            callers.run_nested(Cli::Halite, who, args),
+            (format!("{AUTHORIZATION_ERROR}\n"), Some(0)),
+            "{who} {args:?}"
         );
     }
     // The end of what this test did, in the journal's order.

@@ -5,7 +5,8 @@
 //! ([`free_ports`]), spawns daemons that cannot outlive their test ([`Proc`]), runs commands
 //! with a timeout ([`run`], [`run_command`]), polls for conditions and log lines
 //! ([`wait_until`], [`wait_for_log`], [`wait_for_port`]), and starts stock Salt 3008.3 (from
-//! the venv at [`salt_venv`]) or Halite binaries ([`halite_bin`]) against a root.
+//! the venv at [`salt_venv`]) or Halite binaries ([`halite_bin`]) against a root, and runs
+//! programs as real local users it creates ([`LocalUser`]) for access-control tests.
 //!
 //! What it does not do: decide when a daemon is "ready" (that is protocol knowledge; tests
 //! wait for a port, a log line or a successful command), retry or pace anything by sleeping,
@@ -27,6 +28,7 @@ mod ports;
 mod process;
 mod root;
 mod starters;
+mod users;
 
 pub use paths::{halite_bin, repo_root, salt_venv, stock_bin, SALT_VENV_ENV};
 pub use ports::free_ports;
@@ -40,4 +42,7 @@ pub use starters::{
     run_halite_key, run_stock, run_stock_harness, run_stock_salt, run_stock_salt_call,
     run_stock_salt_key, start_halite_master, start_halite_minion, start_stock_master,
     start_stock_minion, stock_command, wait_for_port, STOCK_STOP_GRACE, TIMEOUT,
+};
+pub use users::{
+    open_to_local_users, root_command, runnable_by_all, running_as_root, sudo_command, LocalUser,
 };

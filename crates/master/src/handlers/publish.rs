@@ -64,9 +64,13 @@ impl Published {
 }
 
 impl Master {
-    /// The clear `publish` command (`ClearFuncs.publish`): the caller is the owner of the
-    /// presented key (see [`crate::access`]), then the blacklist and `publisher_acl`.
+    /// The clear `publish` command (`ClearFuncs.publish`): the blacklist on the named user
+    /// (Salt's first check), then the caller is the owner of the presented key (see
+    /// [`crate::access`]), then the blacklist again and `publisher_acl`.
     pub(crate) fn handle_publish(&self, load: &Value) -> Value {
+        if let Err(refusal) = self.check_blacklist_first(load) {
+            return self.refuse_publish(load, &refusal);
+        }
         let caller = match self.authenticate_caller(load) {
             Ok(c) => c,
             Err(refusal) => return self.refuse_publish(load, &refusal),
