@@ -161,9 +161,7 @@ impl Master {
 
     /// Whether `user` is root or one of the master's own users.
     fn is_root_user(&self, user: &str) -> bool {
-        user == "root"
-            || user == self.cfg.user
-            || halite_config::current_user().as_deref() == Some(user)
+        user == "root" || user == self.cfg.user || self.run_user.as_deref() == Some(user)
     }
 
     /// `LoadAuth.authenticate_key` + `check_authentication("user")`, with the key's owner
@@ -433,24 +431,10 @@ mod tests {
     use crate::testing::TestMaster;
     use halite_proto::value::{self, map, s};
     use halite_proto::Value;
-    use halite_transport::PeerId;
 
     // `daemon` and `nobody` exist on every Debian system; the master writes their keys.
     const ACL: &str = "publisher_acl:\n  daemon:\n    - 'web*':\n      - 'test.*'\n    \
         - '@jobs'\n  nobody:\n    - 'test.version'\n  bin: []\n";
-
-    fn clear(tm: &TestMaster, load: Value) -> Value {
-        let body = map([
-            ("enc", s("clear")),
-            ("load", load),
-            ("version", Value::from(3)),
-        ]);
-        let reply = tm
-            .master
-            .handle_request(&value::encode(&body), &PeerId(b"cli".to_vec()))
-            .expect("clear commands answer at once");
-        value::decode(&reply).unwrap()
-    }
 
     fn key_of(tm: &TestMaster, user: &str) -> String {
         tm.master
@@ -463,19 +447,16 @@ mod tests {
     }
 
     fn publish(tm: &TestMaster, key: &str, user: &str, tgt: &str, fun: &str) -> Value {
-        clear(
-            tm,
-            map([
-                ("cmd", s("publish")),
-                ("tgt", s(tgt)),
-                ("tgt_type", s("glob")),
-                ("fun", s(fun)),
-                ("arg", Value::Array(vec![])),
-                ("ret", s("")),
-                ("key", s(key)),
-                ("user", s(user)),
-            ]),
-        )
+        tm.clear(map([
+            ("cmd", s("publish")),
+            ("tgt", s(tgt)),
+            ("tgt_type", s("glob")),
+            ("fun", s(fun)),
+            ("arg", Value::Array(vec![])),
+            ("ret", s("")),
+            ("key", s(key)),
+            ("user", s(user)),
+        ]))
     }
 
     fn error_name(reply: &Value) -> Option<&str> {
@@ -584,16 +565,13 @@ mod tests {
     fn runner_calls_of_acl_users_need_runner_entries() {
         let tm = fleet("");
         let runner = |key: &str, fun: &str| {
-            clear(
-                &tm,
-                map([
-                    ("cmd", s("runner")),
-                    ("fun", s(fun)),
-                    ("kwarg", Value::Map(vec![])),
-                    ("key", s(key)),
-                    ("user", s("x")),
-                ]),
-            )
+            tm.clear(map([
+                ("cmd", s("runner")),
+                ("fun", s(fun)),
+                ("kwarg", Value::Map(vec![])),
+                ("key", s(key)),
+                ("user", s("x")),
+            ]))
         };
         let daemon = key_of(&tm, "daemon");
         assert!(value::get_str(&runner(&daemon, "jobs.list_jobs"), "jid").is_some());

@@ -108,6 +108,8 @@ pub struct Master {
     running_runners: AtomicUsize,
     /// This master, for the runner threads it starts.
     me: Weak<Master>,
+    /// The user the master process runs as, looked up once at start.
+    run_user: Option<String>,
 }
 
 /// What a [`Master`] is built from besides its config: where replies and publishes go,
@@ -142,7 +144,8 @@ impl Master {
         let publisher = Publisher::new(parts.transport.clone(), key.clone(), signer);
         let acl = handlers::peer::PeerAcls::from_config(&cfg)?;
         let access = access::AccessControl::from_config(&cfg)?;
-        let client_keys = write_client_keys(&cfg, access.key_users())?;
+        let run_user = halite_config::current_user();
+        let client_keys = write_client_keys(&cfg, run_user.as_deref(), access.key_users())?;
         let sessions = Sessions::new(&cfg.cachedir, cfg.publish_session)
             .map_err(io_err("cannot create sessions in", &cfg.cachedir))?;
         Ok(Arc::new_cyclic(|me| Master {
@@ -165,6 +168,7 @@ impl Master {
             runners: halite_runner::Registry::builtin(),
             running_runners: AtomicUsize::new(0),
             me: me.clone(),
+            run_user,
             cfg,
         }))
     }
@@ -308,16 +312,15 @@ fn io_err<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(std::io::Error)
 /// master runs as root, owned by its user. Answers `(user, key)` pairs.
 fn write_client_keys(
     cfg: &MasterConfig,
+    run_user: Option<&str>,
     acl_users: Vec<String>,
 ) -> Result<Vec<(String, String)>, Error> {
     let mut users = vec![cfg.user.clone(), "root".to_owned()];
-    if let Some(me) = halite_config::current_user() {
-        users.push(me);
-    }
+    users.extend(run_user.map(str::to_owned));
     users.extend(acl_users);
     users.sort();
     users.dedup();
-    let as_root = halite_config::current_user().as_deref() == Some("root");
+    let as_root = run_user == Some("root");
     let mut out = Vec::new();
     for user in users {
         // A name that cannot be a file name component never gets a key.

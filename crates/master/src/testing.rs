@@ -174,6 +174,20 @@ impl TestMaster {
         }
     }
 
+    /// Sends a clear request (a local client's) and decodes the reply.
+    pub fn clear(&self, load: Value) -> Value {
+        let body = value::map([
+            ("enc", value::s("clear")),
+            ("load", load),
+            ("version", Value::from(3)),
+        ]);
+        let reply = self
+            .master
+            .handle_request(&value::encode(&body), &PeerId(b"cli".to_vec()))
+            .expect("clear commands answer at once");
+        value::decode(&reply).unwrap()
+    }
+
     /// Signs `id` in (accepted) and answers the minion.
     pub fn minion(&self, id: &str) -> TestMinion {
         let key = minion_key();

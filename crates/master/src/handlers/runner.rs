@@ -205,21 +205,7 @@ mod tests {
     use crate::testing::TestMaster;
     use halite_proto::value::{self, map, s};
     use halite_proto::Value;
-    use halite_transport::PeerId;
     use std::time::{Duration, Instant};
-
-    fn clear(tm: &TestMaster, load: Value) -> Value {
-        let body = map([
-            ("enc", s("clear")),
-            ("load", load),
-            ("version", Value::from(3)),
-        ]);
-        let reply = tm
-            .master
-            .handle_request(&value::encode(&body), &PeerId(b"cli".to_vec()))
-            .expect("clear commands answer at once");
-        value::decode(&reply).unwrap()
-    }
 
     fn client_key(tm: &TestMaster) -> String {
         tm.master.client_keys[0].1.clone()
@@ -243,19 +229,16 @@ mod tests {
         let web = tm.minion("web1");
         let db = tm.minion("db1");
         let started = Instant::now();
-        let reply = clear(
-            &tm,
-            map([
-                ("cmd", s("runner")),
-                ("fun", s("manage.up")),
-                (
-                    "kwarg",
-                    map([("arg", Value::Array(vec![])), ("kwarg", Value::Map(vec![]))]),
-                ),
-                ("key", s(client_key(&tm))),
-                ("user", s("root")),
-            ]),
-        );
+        let reply = tm.clear(map([
+            ("cmd", s("runner")),
+            ("fun", s("manage.up")),
+            (
+                "kwarg",
+                map([("arg", Value::Array(vec![])), ("kwarg", Value::Map(vec![]))]),
+            ),
+            ("key", s(client_key(&tm))),
+            ("user", s("root")),
+        ]));
         let jid = value::get_str(&reply, "jid").expect("a jid").to_owned();
         assert_eq!(
             value::get_str(&reply, "tag"),
@@ -287,24 +270,18 @@ mod tests {
     #[test]
     fn the_runner_command_refuses_bad_keys_and_unknown_runners() {
         let tm = TestMaster::new("");
-        let bad = clear(
-            &tm,
-            map([
-                ("cmd", s("runner")),
-                ("fun", s("manage.up")),
-                ("key", s("nope")),
-            ]),
-        );
+        let bad = tm.clear(map([
+            ("cmd", s("runner")),
+            ("fun", s("manage.up")),
+            ("key", s("nope")),
+        ]));
         let err = value::get(&bad, "error").expect("an error");
         assert_eq!(value::get_str(err, "name"), Some("AuthenticationError"));
-        let unknown = clear(
-            &tm,
-            map([
-                ("cmd", s("runner")),
-                ("fun", s("nope.nothing")),
-                ("key", s(client_key(&tm))),
-            ]),
-        );
+        let unknown = tm.clear(map([
+            ("cmd", s("runner")),
+            ("fun", s("nope.nothing")),
+            ("key", s(client_key(&tm))),
+        ]));
         let err = value::get(&unknown, "error").expect("an error");
         assert_eq!(
             value::get_str(err, "message"),
