@@ -2,8 +2,7 @@
 # Access control (publisher_acl), Halite against stock Salt 3008.3, in one run:
 #   1. the cost of one ACL check per publish at --minions (10,000) accepted minions with
 #      a 50-entry ACL: Halite's UserAcl::check (crates/acl/examples/acl_cost.rs, see
-#      there), again with --within-request (an estimate of a change to the check), then
-#      (when stock is among --masters) stock Salt's CkMinions.auth_check on the same
+#      there), then (when stock is among --masters) stock Salt's CkMinions.auth_check on the same
 #      fleet, ACL and cases (in-process with the stock venv: key files and a localfs
 #      grains cache as a stock master keeps them; one check per case, repeated when
 #      under 0.1 s; a check over --cost-budget seconds is abandoned);
@@ -64,7 +63,7 @@
 # own interpreter.
 #
 # Writes under RESULTS: machine.txt, progress.log, acl_cost.md (Halite's table),
-# acl_cost_within.md (the estimate), cost.jsonl and stock_cost.jsonl (one record per
+# cost.jsonl and stock_cost.jsonl (one record per
 # case), cost_table.md (part 1 side by side), results.jsonl (one record per call),
 # table.md (part 2) and logs/<master>/. Every process started here is stopped on exit
 # (trap), by process group and pid.
@@ -328,15 +327,14 @@ def us(x):
 
 def cost_table(halite_path, stock_path):
     """Halite's check (acl_cost) beside stock Salt's auth_check, per case. The ratio is
-    taken against Halite's master step (the check plus the set of expected minions and
-    the decision's text), as stock's auth_check also builds its sets of minions."""
+    taken against Halite's master step (the check and the decision's text)."""
     def load(path):
         if not os.path.exists(path):
             return {}
         with open(path) as f:
             return {r["name"]: r for r in (json.loads(l) for l in f if l.strip())}
     hal, stock = load(halite_path), load(stock_path)
-    print("| case | minions | Halite decision | expansions | Halite check median / p99 (µs) "
+    print("| case | minions | Halite decision | entry evaluations (minions) | Halite check median / p99 (µs) "
           "| Halite master step median (µs) | stock decision | stock auth_check | stock / Halite master step |")
     print("|---|---|---|---|---|---|---|---|---|")
     for name, h in hal.items():
@@ -355,7 +353,8 @@ def cost_table(halite_path, stock_path):
                 sdec += f" (**{s['minions']} minions targeted, Halite {h['minions']}**)"
             r = secs * 1e6 / h["master_p50_us"]
             ratio = f"{r:.2g}×" if r < 10 else f"{r:,.0f}×"
-        print(f"| {name} | {h['minions']} | {h['decision']} | {h['expansions']} | "
+        print(f"| {name} | {h['minions']} | {h['decision']} | "
+              f"{h['evaluations']} ({h['minions_evaluated']}) | "
               f"{us(h['check_p50_us'])} / {us(h['check_p99_us'])} | {us(h['master_p50_us'])} | "
               f"{sdec} | {scell} | {ratio} |")
     return 0
@@ -687,9 +686,6 @@ if [ "$cost" = 1 ]; then
   log "== Halite's ACL check: $minions minions, 50 entries, $seconds s per case"
   "$bin/examples/acl_cost" --minions "$minions" --seconds "$seconds" --user "$user" \
     --jsonl "$results/cost.jsonl" | tee "$results/acl_cost.md"
-  log "== the same with entry targets evaluated over the request's minions (an estimate)"
-  "$bin/examples/acl_cost" --minions "$minions" --seconds "$seconds" --user "$user" \
-    --within-request | tee "$results/acl_cost_within.md"
   if [ "$stock_cost" = 1 ] && [[ " ${master_list[*]} " == *" stock "* ]]; then
     echo "$acl_json" > "$work/acl.json"
     "$bin/examples/acl_cost" --print-cases > "$work/cases.json"

@@ -4,22 +4,28 @@
 //! ```text
 //! cargo run --release --example acl_cost -p halite-acl -- [--minions N] [--seconds S]
 //!                                                          [--user NAME] [--only TEXT]
-//!                                                          [--jsonl FILE] [--within-request]
+//!                                                          [--jsonl FILE]
 //! cargo run --release --example acl_cost -p halite-acl -- --print-acl [--user NAME]
 //! cargo run --release --example acl_cost -p halite-acl -- --print-cases
 //! ```
 //!
 //! What it measures: [`UserAcl::check`] for one non-root user, with the request's target
 //! already expanded (`Request.minions`, as the master passes it) and the ACL's target
-//! entries expanded through [`halite_target::CkMinions`] over the accepted ids and a
-//! grains cache (the implementation of [`Targets`] the master's `AclTargets` wraps:
-//! `check_minions(tgt, "compound", ":", greedy)`). Beside it, for each case:
+//! entries evaluated through [`halite_target::CkMinions`] and a grains cache (the
+//! implementation of [`Targets`] the master's `AclTargets` wraps: an entry's target is
+//! evaluated over the request's minions only, `check_among(tgt, "compound", ":", greedy,
+//! requested)`). Beside it, for each case:
 //! - `master step`: what `publish_verdict` in `crates/master/src/access.rs` does around
-//!   the check on every publish by an ACL user: copy the expected minions into a
-//!   `BTreeSet<String>`, check, and format the decision (`Decision::to_string`);
+//!   the check on every publish by an ACL user: borrow the expected minions, check, and
+//!   format the decision (`Decision::to_string`);
 //! - `expand request`: the request target's `check_minions`, which every publish does
 //!   whether or not an ACL applies (not part of the ACL's cost; shown for scale);
-//! - `expansions`: how many times the check called [`Targets::expand`].
+//! - `evaluations`: how many times the check called [`Targets::first_outside`], and on how
+//!   many minions in all.
+//!
+//! Before timing, each case is also decided with every entry's target expanded over all
+//! accepted minions (the check as it was before it evaluated entries over the request);
+//! the run fails if the two decisions differ.
 //!
 //! The fleet: `N` ids in four groups, `web` 40 %, `db` 20 %, `app` 20 %, `log` 20 %
 //! (`web0000`…), with grains (`os`, `role`, `env`, `roles`) for every minion except the
@@ -35,12 +41,11 @@
 //! machine's other load shows in p99. `--only TEXT` runs the cases whose name contains
 //! TEXT (to profile one under `perf record`); `--jsonl FILE` appends one JSON record per
 //! case to FILE; `--print-cases` prints the cases as JSON (`bench/acl.sh` times stock
-//! Salt's `auth_check` on them). `--within-request` measures a change to the check, not
-//! the master as it is (see `Counting`), and fails if it changes a decision.
+//! Salt's `auth_check` on them).
 
 use std::borrow::Cow;
 use std::cell::Cell;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -191,45 +196,51 @@ impl MinionDataCache for Grains {
     }
 }
 
-/// [`CkMinions`] as the ACL sees it, counting the expansions.
-///
-/// With `within` (`--within-request`), an entry's target is first evaluated with the
-/// request's first and last minions as the only candidates, and, when both are in it,
-/// with the request's minions as the candidates, instead of every accepted minion. Each
-/// engine decides a minion's membership from that minion alone (`not` from the
-/// candidates), so the subset test, and the decision, are the same; the cost is that of
-/// the request's size, and an entry that misses either probe costs two minions. This is
-/// not what the master does: it estimates what that change to the check would save.
+/// [`CkMinions`] as the ACL sees it, counting the entry target evaluations and the
+/// minions they covered.
 struct Counting<'a> {
     ck: CkMinions<'a>,
-    within: Option<&'a BTreeSet<String>>,
     calls: Cell<usize>,
+    minions: Cell<usize>,
 }
 
 impl Targets for Counting<'_> {
-    fn expand(&self, tgt: &Value, tgt_type: &str) -> BTreeSet<String> {
+    fn expand(&self, tgt: &Value, tgt_type: &str) -> Vec<String> {
+        self.ck.expand(tgt, tgt_type)
+    }
+
+    fn first_outside<'c>(
+        &self,
+        tgt: &Value,
+        tgt_type: &str,
+        candidates: &'c [String],
+    ) -> Option<&'c str> {
         self.calls.set(self.calls.get() + 1);
-        let Some(requested) = self.within else {
-            return self.ck.expand(tgt, tgt_type);
-        };
-        let probe: BTreeSet<String> = requested
-            .first()
-            .into_iter()
-            .chain(requested.last())
-            .cloned()
-            .collect();
-        let probed = CkMinions {
-            accepted: &probe,
-            ..self.ck
-        };
-        if probed.expand(tgt, tgt_type).len() < probe.len() {
-            return BTreeSet::new();
-        }
-        CkMinions {
-            accepted: requested,
-            ..self.ck
-        }
-        .expand(tgt, tgt_type)
+        self.minions.set(self.minions.get() + candidates.len());
+        self.ck.first_outside(tgt, tgt_type, candidates)
+    }
+}
+
+/// [`CkMinions`] answering `first_outside` from the target's expansion over every
+/// accepted minion: the reference the decisions are compared with.
+struct ExpandAll<'a>(CkMinions<'a>);
+
+impl Targets for ExpandAll<'_> {
+    fn expand(&self, tgt: &Value, tgt_type: &str) -> Vec<String> {
+        self.0.expand(tgt, tgt_type)
+    }
+
+    fn first_outside<'c>(
+        &self,
+        tgt: &Value,
+        tgt_type: &str,
+        candidates: &'c [String],
+    ) -> Option<&'c str> {
+        let all: HashSet<String> = self.0.expand(tgt, tgt_type).into_iter().collect();
+        candidates
+            .iter()
+            .map(String::as_str)
+            .find(|id| !all.contains(*id))
     }
 }
 
@@ -338,7 +349,6 @@ struct Options {
     user: String,
     only: Option<String>,
     jsonl: Option<String>,
-    within: bool,
     print: Option<Print>,
 }
 
@@ -356,7 +366,6 @@ fn parse_options() -> Result<Options, String> {
         user: "halitebench".to_owned(),
         only: None,
         jsonl: None,
-        within: false,
         print: None,
     };
     let mut args = std::env::args().skip(1);
@@ -380,7 +389,6 @@ fn parse_options() -> Result<Options, String> {
             "--user" => o.user = value("--user")?,
             "--only" => o.only = Some(value("--only")?),
             "--jsonl" => o.jsonl = Some(value("--jsonl")?),
-            "--within-request" => o.within = true,
             "--print-acl" => o.print = Some(Print::Acl),
             "--print-cases" => o.print = Some(Print::Cases),
             "-h" | "--help" => return Err(String::new()),
@@ -399,7 +407,7 @@ fn main() -> ExitCode {
             }
             eprintln!(
                 "usage: acl_cost [--minions N] [--seconds S] [--user NAME] [--only TEXT] \
-                 [--jsonl FILE] [--within-request] [--print-acl | --print-cases]"
+                 [--jsonl FILE] [--print-acl | --print-cases]"
             );
             return ExitCode::from(2);
         }
@@ -460,23 +468,18 @@ fn main() -> ExitCode {
     let whitelist = ["saltutil.find_job"];
     println!(
         "UserAcl::check for user {:?}: {} accepted minions ({} with grains), {} ACL entries, \
-         acl_regex_match full; {} s per case{}",
+         acl_regex_match full; {} s per case",
         o.user,
         ids.len(),
         grains.0.len(),
         entry_count,
         o.seconds,
-        if o.within {
-            "; --within-request: entry targets evaluated over the request's minions only \
-             (an estimate, not what the master does)"
-        } else {
-            ""
-        }
     );
     println!();
     println!(
-        "| case | publish | decision | expansions | check median (µs) | check p99 (µs) | \
-         master step median / p99 (µs) | expand request (µs, not ACL) | checks | < 1 ms |"
+        "| case | publish | decision | evaluations (minions) | check median (µs) | \
+         check p99 (µs) | master step median / p99 (µs) | expand request (µs, not ACL) | \
+         checks | < 1 ms |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|");
     let mut all_met = true;
@@ -491,39 +494,29 @@ fn main() -> ExitCode {
             .into_iter()
             .map(str::to_owned)
             .collect();
-        let requested: BTreeSet<String> = expected.iter().cloned().collect();
         let mut req = Request::new(&fun, &arg, &tgt, c.tgt_type);
-        req.minions = Some(&requested);
+        req.minions = Some(&expected);
         let targets = Counting {
             ck,
-            within: o.within.then_some(&requested),
             calls: Cell::new(0),
+            minions: Cell::new(0),
         };
         let decision = acl.check(&o.user, &req, &targets, &whitelist);
-        let expansions = targets.calls.get();
-        if o.within {
-            let plain = Counting {
-                ck,
-                within: None,
-                calls: Cell::new(0),
-            };
-            let usual = acl.check(&o.user, &req, &plain, &whitelist);
-            if verdict(&usual) != verdict(&decision) {
-                eprintln!(
-                    "acl_cost: {}: --within-request decided {}, the master's way {}",
-                    c.name,
-                    verdict(&decision),
-                    verdict(&usual)
-                );
-                return ExitCode::FAILURE;
-            }
+        let (calls, evaluated) = (targets.calls.get(), targets.minions.get());
+        let reference = acl.check(&o.user, &req, &ExpandAll(ck), &whitelist);
+        if reference != decision {
+            eprintln!(
+                "acl_cost: {}: decided {decision}; with every entry expanded over all accepted \
+                 minions: {reference}",
+                c.name
+            );
+            return ExitCode::FAILURE;
         }
         let (p50, p99, n) = time_it(budget, || acl.check(&o.user, &req, &targets, &whitelist));
-        // The master's publish_verdict: a set of the expected minions, the check, the text.
+        // The master's publish_verdict: the check on the expected minions, and the text.
         let (m50, m99, _) = time_it(budget, || {
-            let set: BTreeSet<String> = expected.iter().cloned().collect();
             let mut req = Request::new(&fun, &arg, &tgt, c.tgt_type);
-            req.minions = Some(&set);
+            req.minions = Some(&expected);
             acl.check(&o.user, &req, &targets, &whitelist).to_string()
         });
         let (e50, _, _) = time_it(budget / 4, || {
@@ -535,7 +528,7 @@ fn main() -> ExitCode {
         all_met &= met;
         let args: String = c.arg.iter().map(|a| format!(" {a:?}")).collect();
         println!(
-            "| {} | `{}{}` → `{}` ({}, {} minions) | {} | {} | {} | {} | {} / {} | {} | {} | {} |",
+            "| {} | `{}{}` → `{}` ({}, {} minions) | {} | {} ({}) | {} | {} | {} / {} | {} | {} | {} |",
             c.name,
             c.fun,
             args,
@@ -543,7 +536,8 @@ fn main() -> ExitCode {
             c.tgt_type,
             expected.len(),
             verdict(&decision),
-            expansions,
+            calls,
+            evaluated,
             micros(p50),
             micros(p99),
             micros(m50),
@@ -559,7 +553,8 @@ fn main() -> ExitCode {
                 "minions": expected.len(),
                 "allowed": decision.allowed,
                 "decision": verdict(&decision),
-                "expansions": expansions,
+                "evaluations": calls,
+                "minions_evaluated": evaluated,
                 "check_p50_us": us(p50),
                 "check_p99_us": us(p99),
                 "master_p50_us": us(m50),

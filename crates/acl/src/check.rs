@@ -2,7 +2,7 @@
 //! `__args_check`), answering which entry allowed a request or why none did.
 
 use std::borrow::Cow;
-use std::collections::BTreeSet;
+use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;
 
@@ -15,7 +15,7 @@ use crate::args::{regex_miss, Args};
 /// Most functions in one multi-function job; a larger job is denied.
 pub const MAX_FUNCTIONS: usize = 256;
 
-/// Most ids listed in a [`MissKind::TargetNotSubset`] or [`Reason::PublishValidate`].
+/// Most ids listed in a [`Reason::PublishValidate`].
 const MAX_LISTED_IDS: usize = 5;
 
 /// The master's view of targeting: which accepted minions a target expression reaches.
@@ -25,17 +25,56 @@ const MAX_LISTED_IDS: usize = 5;
 /// the implementation (greedy, `:` delimiter, as every Salt publish does).
 pub trait Targets {
     /// The accepted minion ids that `tgt` of type `tgt_type` (`glob`, `list`, `compound`,
-    /// `pillar_exact`, …) reaches. Failures are an empty set, as in Salt.
-    fn expand(&self, tgt: &Value, tgt_type: &str) -> BTreeSet<String>;
+    /// `pillar_exact`, …) reaches, each once. Failures are an empty list, as in Salt.
+    fn expand(&self, tgt: &Value, tgt_type: &str) -> Vec<String>;
+
+    /// The first of `candidates` (accepted ids, each once, as [`Targets::expand`] gives
+    /// them) that `tgt` of type `tgt_type` does not reach, or `None` when it reaches every
+    /// one. "Reaches" is [`Targets::expand`]'s answer for that minion, so the cost can be
+    /// that of the candidates rather than of every accepted minion
+    /// ([`halite_target::CkMinions::check_among`]).
+    fn first_outside<'c>(
+        &self,
+        tgt: &Value,
+        tgt_type: &str,
+        candidates: &'c [String],
+    ) -> Option<&'c str>;
 }
 
 impl Targets for halite_target::CkMinions<'_> {
-    fn expand(&self, tgt: &Value, tgt_type: &str) -> BTreeSet<String> {
+    fn expand(&self, tgt: &Value, tgt_type: &str) -> Vec<String> {
         self.check_minions(tgt, tgt_type, halite_target::DEFAULT_DELIMITER, true)
             .minions
             .into_iter()
             .map(str::to_owned)
             .collect()
+    }
+
+    /// Evaluates the target over the candidates only (`check_among`); see there for the
+    /// one case where that differs from expanding over every accepted minion.
+    fn first_outside<'c>(
+        &self,
+        tgt: &Value,
+        tgt_type: &str,
+        candidates: &'c [String],
+    ) -> Option<&'c str> {
+        let reached = self.check_among(
+            tgt,
+            tgt_type,
+            halite_target::DEFAULT_DELIMITER,
+            true,
+            candidates,
+        );
+        // No candidate is listed more often than it is a candidate: all are reached when
+        // the counts agree.
+        if reached.len() >= candidates.len() {
+            return None;
+        }
+        let reached: HashSet<&str> = reached.into_iter().collect();
+        candidates
+            .iter()
+            .map(String::as_str)
+            .find(|id| !reached.contains(id))
     }
 }
 
@@ -53,9 +92,10 @@ pub struct Request<'a> {
     /// The target type (`glob`, `list`, `compound`, …).
     pub tgt_type: &'a str,
     /// The target's expansion when the caller has computed it already (Salt's
-    /// `ClearFuncs.publish` passes its `check_minions` result); `None` expands `tgt` through
-    /// [`Targets`] when a target entry needs it.
-    pub minions: Option<&'a BTreeSet<String>>,
+    /// `ClearFuncs.publish` passes its `check_minions` result; each id once, and in the
+    /// master's order: an entry's target is tried on the first and last of them before
+    /// the rest); `None` expands `tgt` through [`Targets`] when a target entry needs it.
+    pub minions: Option<&'a [String]>,
     /// Salt's `publish_validate` (the `peer` path): expand the target as given and as its
     /// exact form ([`exact_tgt_type`]), and deny when the given form reaches a minion the
     /// exact form does not (pillar globbing/PCRE from a minion). Both expansions go
@@ -309,12 +349,11 @@ pub enum MissKind {
     },
     /// The entry's target is an `@…` key, which no minion target satisfies.
     TargetIsSpec,
-    /// The request targets minions outside the entry's target.
+    /// The request targets minions outside the entry's target. The check stops at the
+    /// first one it finds, so there may be more.
     TargetNotSubset {
-        /// How many targeted minions are outside.
-        count: usize,
-        /// The first few of them.
-        ids: Vec<String>,
+        /// The targeted minion found outside.
+        outside: String,
     },
     /// An argument spec is malformed (reported at parse time) and never passes.
     MalformedArgSpec,
@@ -363,10 +402,9 @@ impl fmt::Display for MissKind {
                 write!(f, "regex {pattern} exceeded the backtracking limit")
             }
             Self::TargetIsSpec => f.write_str("an @ target matches no minion target"),
-            Self::TargetNotSubset { count, ids } => write!(
+            Self::TargetNotSubset { outside } => write!(
                 f,
-                "target not a subset: {count} targeted minion(s) outside it ({})",
-                ids.join(", ")
+                "target not a subset: at least one targeted minion is outside it ({outside})"
             ),
             Self::MalformedArgSpec => f.write_str("malformed argument spec, never passes"),
             Self::ArgMissing { index } => write!(f, "argument {index} is missing"),
@@ -411,14 +449,16 @@ impl<'a> Funs<'a> {
     }
 }
 
-/// Target expansions, each computed at most once per check.
+/// The request's expansion and the entries' subset tests, each computed at most once
+/// per check.
 struct TargetCache<'r> {
     targets: &'r dyn Targets,
     tgt: &'r Value,
     tgt_type: &'r str,
-    requested: Option<Cow<'r, BTreeSet<String>>>,
-    /// Per entry index, the entry target's expansion.
-    entries: Vec<Option<BTreeSet<String>>>,
+    requested: Option<Cow<'r, [String]>>,
+    /// Per entry index: `None` until tested, then the targeted minion found outside the
+    /// entry's target (`Some(None)` when there is none).
+    entries: Vec<Option<Option<String>>>,
 }
 
 impl TargetCache<'_> {
@@ -430,24 +470,49 @@ impl TargetCache<'_> {
         if target.starts_with('@') {
             return Err(MissKind::TargetIsSpec);
         }
-        let requested = self
-            .requested
-            .get_or_insert_with(|| Cow::Owned(self.targets.expand(self.tgt, self.tgt_type)));
-        if self.entries.len() <= index {
-            self.entries.resize_with(index + 1, || None);
-        }
-        // In bounds: resized just above.
-        let allowed =
-            self.entries[index].get_or_insert_with(|| self.targets.expand(value, "compound"));
-        let mut outside = requested.iter().filter(|id| !allowed.contains(*id));
-        let ids: Vec<String> = outside.by_ref().take(MAX_LISTED_IDS).cloned().collect();
-        if ids.is_empty() {
+        let Self {
+            targets,
+            tgt,
+            tgt_type,
+            requested,
+            entries,
+        } = self;
+        let requested = requested.get_or_insert_with(|| Cow::Owned(targets.expand(tgt, tgt_type)));
+        if requested.is_empty() {
+            // Salt's subset rule is vacuously true.
             return Ok(());
         }
-        Err(MissKind::TargetNotSubset {
-            count: ids.len() + outside.count(),
-            ids,
-        })
+        if entries.len() <= index {
+            entries.resize_with(index + 1, || None);
+        }
+        // In bounds: resized just above.
+        let tested =
+            entries[index].get_or_insert_with(|| first_outside(*targets, value, requested));
+        match tested {
+            None => Ok(()),
+            Some(outside) => Err(MissKind::TargetNotSubset {
+                outside: outside.clone(),
+            }),
+        }
+    }
+}
+
+/// The first of the `requested` minions that the entry target `value` (a compound
+/// expression) does not reach. The first and last requested minions are tried before the
+/// rest: requests and entries are usually groups of minions named alike, so an entry
+/// that does not cover the request most often misses one of its ends, and then the rest
+/// is never evaluated.
+fn first_outside(targets: &dyn Targets, value: &Value, requested: &[String]) -> Option<String> {
+    let outside = |candidates: &[String]| {
+        targets
+            .first_outside(value, "compound", candidates)
+            .map(str::to_owned)
+    };
+    match requested {
+        [first, middle @ .., last] if !middle.is_empty() => {
+            outside(&[first.clone(), last.clone()]).or_else(|| outside(middle))
+        }
+        all => outside(all),
     }
 }
 
@@ -463,107 +528,118 @@ impl Acl {
     /// every minion; an `@…` target none). Entries are evaluated one at a time: two
     /// entries never combine to cover one target.
     pub fn check(&self, req: &Request<'_>, targets: &dyn Targets, whitelist: &[&str]) -> Decision {
-        let funs = match Funs::of(req.fun) {
-            Ok(funs) => funs,
-            Err(reason) => return Decision::deny(reason),
-        };
-        let mut cache = TargetCache {
-            targets,
-            tgt: req.tgt,
-            tgt_type: req.tgt_type,
-            requested: req.minions.map(Cow::Borrowed),
-            entries: Vec::new(),
-        };
-        if req.publish_validate {
-            let given = targets.expand(req.tgt, req.tgt_type);
-            if let Some(exact_type) = exact_tgt_type(req.tgt_type) {
-                let exact = targets.expand(req.tgt, exact_type);
-                let mut extra = given.iter().filter(|id| !exact.contains(*id));
-                let ids: Vec<String> = extra.by_ref().take(MAX_LISTED_IDS).cloned().collect();
-                if !ids.is_empty() {
-                    return Decision::deny(Reason::PublishValidate {
-                        count: ids.len() + extra.count(),
-                        ids,
-                    });
-                }
-            }
-            cache.requested = Some(Cow::Owned(given));
-        }
-        let jobs: Vec<(&str, Option<&Value>)> = match &funs {
-            Funs::One(fun) => vec![(fun, Some(req.arg))],
-            // Salt indexes the arg list by the function's position.
-            Funs::Many(names) => names
-                .iter()
-                .enumerate()
-                .map(|(n, fun)| (*fun, req.arg.as_array().and_then(|a| a.get(n))))
-                .collect(),
-        };
-        let mut grants = Vec::with_capacity(jobs.len());
-        for (position, (fun, args)) in jobs.into_iter().enumerate() {
-            if whitelist.contains(&fun) {
-                grants.push(Grant {
-                    fun: fun.to_owned(),
-                    by: GrantedBy::Whitelist,
-                });
-                continue;
-            }
-            match self.check_fun(fun, Args::split(args), &mut cache) {
-                Ok(entry) => grants.push(Grant {
-                    fun: fun.to_owned(),
-                    by: GrantedBy::Entry(entry),
-                }),
-                Err(misses) => {
-                    return Decision::deny(Reason::NotAuthorised {
-                        fun: fun.to_owned(),
-                        position,
-                        misses,
-                    })
-                }
-            }
-        }
-        Decision {
-            allowed: true,
-            reason: Reason::Granted(grants),
-        }
+        check_lists(&[self], req, targets, whitelist)
     }
+}
 
-    /// The first entry allowing `fun` with `args`, or why none does.
-    fn check_fun(
-        &self,
-        fun: &str,
-        args: Args<'_>,
-        cache: &mut TargetCache<'_>,
-    ) -> Result<EntryRef, Vec<Miss>> {
-        let mut misses = Vec::new();
-        for (index, entry) in self.entries.iter().enumerate() {
-            let miss = match &entry.kind {
-                EntryKind::Function(p) => match p.is_match(fun) {
-                    Ok(true) => return Ok(EntryRef::of(index, entry)),
-                    Ok(false) => None,
-                    Err(trouble) => Some(regex_miss(p, trouble)),
-                },
-                EntryKind::Spec(_) => Some(MissKind::SpecEntry),
-                EntryKind::Malformed => Some(MissKind::Malformed),
-                EntryKind::Target {
-                    target,
-                    target_value,
-                    conditions,
-                } => {
-                    match target_entry(fun, args, index, target, target_value, conditions, cache) {
-                        Ok(()) => return Ok(EntryRef::of(index, entry)),
-                        Err(miss) => miss,
-                    }
-                }
-            };
-            if let Some(kind) = miss {
-                misses.push(Miss {
-                    entry: EntryRef::of(index, entry),
-                    kind,
+/// [`Acl::check`] of the concatenation of `lists`, without copying it: entry indices
+/// count across the lists, as in the merged [`Acl`] of a user or a minion.
+pub(crate) fn check_lists(
+    lists: &[&Acl],
+    req: &Request<'_>,
+    targets: &dyn Targets,
+    whitelist: &[&str],
+) -> Decision {
+    let funs = match Funs::of(req.fun) {
+        Ok(funs) => funs,
+        Err(reason) => return Decision::deny(reason),
+    };
+    let mut cache = TargetCache {
+        targets,
+        tgt: req.tgt,
+        tgt_type: req.tgt_type,
+        requested: req.minions.map(Cow::Borrowed),
+        entries: Vec::new(),
+    };
+    if req.publish_validate {
+        let given = targets.expand(req.tgt, req.tgt_type);
+        if let Some(exact_type) = exact_tgt_type(req.tgt_type) {
+            let exact = targets.expand(req.tgt, exact_type);
+            let exact: HashSet<&str> = exact.iter().map(String::as_str).collect();
+            let mut extra = given.iter().filter(|id| !exact.contains(id.as_str()));
+            let ids: Vec<String> = extra.by_ref().take(MAX_LISTED_IDS).cloned().collect();
+            if !ids.is_empty() {
+                return Decision::deny(Reason::PublishValidate {
+                    count: ids.len() + extra.count(),
+                    ids,
                 });
             }
         }
-        Err(misses)
+        cache.requested = Some(Cow::Owned(given));
     }
+    let jobs: Vec<(&str, Option<&Value>)> = match &funs {
+        Funs::One(fun) => vec![(fun, Some(req.arg))],
+        // Salt indexes the arg list by the function's position.
+        Funs::Many(names) => names
+            .iter()
+            .enumerate()
+            .map(|(n, fun)| (*fun, req.arg.as_array().and_then(|a| a.get(n))))
+            .collect(),
+    };
+    let mut grants = Vec::with_capacity(jobs.len());
+    for (position, (fun, args)) in jobs.into_iter().enumerate() {
+        if whitelist.contains(&fun) {
+            grants.push(Grant {
+                fun: fun.to_owned(),
+                by: GrantedBy::Whitelist,
+            });
+            continue;
+        }
+        match check_fun(lists, fun, Args::split(args), &mut cache) {
+            Ok(entry) => grants.push(Grant {
+                fun: fun.to_owned(),
+                by: GrantedBy::Entry(entry),
+            }),
+            Err(misses) => {
+                return Decision::deny(Reason::NotAuthorised {
+                    fun: fun.to_owned(),
+                    position,
+                    misses,
+                })
+            }
+        }
+    }
+    Decision {
+        allowed: true,
+        reason: Reason::Granted(grants),
+    }
+}
+
+/// The first entry of `lists` allowing `fun` with `args`, or why none does.
+fn check_fun(
+    lists: &[&Acl],
+    fun: &str,
+    args: Args<'_>,
+    cache: &mut TargetCache<'_>,
+) -> Result<EntryRef, Vec<Miss>> {
+    let mut misses = Vec::new();
+    let entries = lists.iter().flat_map(|acl| acl.entries.iter());
+    for (index, entry) in entries.enumerate() {
+        let miss = match &entry.kind {
+            EntryKind::Function(p) => match p.is_match(fun) {
+                Ok(true) => return Ok(EntryRef::of(index, entry)),
+                Ok(false) => None,
+                Err(trouble) => Some(regex_miss(p, trouble)),
+            },
+            EntryKind::Spec(_) => Some(MissKind::SpecEntry),
+            EntryKind::Malformed => Some(MissKind::Malformed),
+            EntryKind::Target {
+                target,
+                target_value,
+                conditions,
+            } => match target_entry(fun, args, index, target, target_value, conditions, cache) {
+                Ok(()) => return Ok(EntryRef::of(index, entry)),
+                Err(miss) => miss,
+            },
+        };
+        if let Some(kind) = miss {
+            misses.push(Miss {
+                entry: EntryRef::of(index, entry),
+                kind,
+            });
+        }
+    }
+    Err(misses)
 }
 
 /// A map entry: `Ok` when it allows `fun`; `Err(None)` when no condition's function regex
@@ -637,6 +713,8 @@ pub(crate) fn conditions_allow(
 
 #[cfg(test)]
 mod tests {
+    use std::cell::RefCell;
+
     use super::*;
     use crate::testutil::{json, FakeTargets};
     use crate::Matching;
@@ -721,7 +799,7 @@ mod tests {
         };
         assert!(matches!(
             &misses[0].kind,
-            MissKind::TargetNotSubset { count: 1, ids } if ids == &["db1"]
+            MissKind::TargetNotSubset { outside } if outside == "db1"
         ));
         assert!(d.to_string().contains("target not a subset"), "{d}");
     }
@@ -795,13 +873,176 @@ mod tests {
     #[test]
     fn precomputed_minions_are_used_instead_of_expanding_the_target() {
         let targets = FakeTargets::standard();
-        let minions: BTreeSet<String> = ["web1".to_owned()].into();
+        let minions = ["web1".to_owned()];
         let (fun, arg, tgt) = (json(r#""test.ping""#), json("[]"), json(r#""*""#));
         let mut req = Request::new(&fun, &arg, &tgt, "glob");
         req.minions = Some(&minions);
         let d = acl(r#"[{"web*": ["test.*"]}]"#, Matching::Full).check(&req, &targets, &[]);
         assert!(d.allowed);
         assert!(!targets.seen().iter().any(|(t, _)| t == "*"));
+    }
+
+    /// [`FakeTargets`], recording how many candidates each `first_outside` call gets.
+    struct Probing {
+        inner: FakeTargets,
+        sizes: RefCell<Vec<usize>>,
+    }
+
+    impl Targets for Probing {
+        fn expand(&self, tgt: &Value, tgt_type: &str) -> Vec<String> {
+            self.inner.expand(tgt, tgt_type)
+        }
+
+        fn first_outside<'c>(
+            &self,
+            tgt: &Value,
+            tgt_type: &str,
+            candidates: &'c [String],
+        ) -> Option<&'c str> {
+            self.sizes.borrow_mut().push(candidates.len());
+            self.inner.first_outside(tgt, tgt_type, candidates)
+        }
+    }
+
+    fn probing_check(acl_text: &str, minions: &[&str]) -> (Decision, Vec<usize>) {
+        let targets = Probing {
+            inner: FakeTargets::standard(),
+            sizes: RefCell::new(Vec::new()),
+        };
+        let minions: Vec<String> = minions.iter().map(|m| (*m).to_owned()).collect();
+        let (fun, arg, tgt) = (json(r#""test.ping""#), json("[]"), json(r#""*""#));
+        let mut req = Request::new(&fun, &arg, &tgt, "glob");
+        req.minions = Some(&minions);
+        let d = acl(acl_text, Matching::Full).check(&req, &targets, &[]);
+        (d, targets.sizes.into_inner())
+    }
+
+    #[test]
+    fn entry_missing_the_first_or_last_requested_minion_is_not_evaluated_further() {
+        let acl_text = r#"[{"web*": ["test.*"]}]"#;
+        for minions in [["db1", "web1", "web2"], ["web1", "web2", "db1"]] {
+            let (d, sizes) = probing_check(acl_text, &minions);
+            let Reason::NotAuthorised { misses, .. } = &d.reason else {
+                panic!("{d}");
+            };
+            assert_eq!(
+                misses[0].kind,
+                MissKind::TargetNotSubset {
+                    outside: "db1".to_owned()
+                }
+            );
+            assert_eq!(sizes, [2], "only the first and last were evaluated");
+        }
+    }
+
+    #[test]
+    fn subset_test_reaches_the_middle_only_when_both_ends_are_inside() {
+        let acl_text = r#"[{"web*": ["test.*"]}]"#;
+        let (d, sizes) = probing_check(acl_text, &["web1", "db1", "web.example.com", "web2"]);
+        assert_eq!(
+            d.to_string(),
+            "denied: 'test.ping': no entry allows it: entry 0 {'web*': ['test.*']}: target not \
+             a subset: at least one targeted minion is outside it (db1)"
+        );
+        assert_eq!(sizes, [2, 2]);
+        let (d, sizes) = probing_check(acl_text, &["web1", "web.example.com", "web2"]);
+        assert!(d.allowed, "{d}");
+        assert_eq!(sizes, [2, 1]);
+        let (d, sizes) = probing_check(acl_text, &["web1", "web2"]);
+        assert!(d.allowed, "{d}");
+        assert_eq!(sizes, [2], "two minions are tested in one call");
+        let (d, sizes) = probing_check(acl_text, &[]);
+        assert!(d.allowed, "an empty request passes every target entry");
+        assert!(sizes.is_empty());
+    }
+
+    #[test]
+    fn first_outside_names_the_first_candidate_the_target_misses_even_with_duplicates() {
+        let targets = FakeTargets::standard();
+        let ids = |list: &[&str]| -> Vec<String> { list.iter().map(|s| (*s).to_owned()).collect() };
+        let outside = |tgt: &str, candidates: &[String]| {
+            targets
+                .first_outside(&Value::from(tgt), "compound", candidates)
+                .map(str::to_owned)
+        };
+        let dup = ids(&["web1", "web1", "db1", "web2"]);
+        assert_eq!(outside("web*", &dup).as_deref(), Some("db1"));
+        assert_eq!(outside("web* or db1", &dup), None);
+        assert_eq!(outside("not web2", &dup).as_deref(), Some("web2"));
+        assert_eq!(outside("web1 or web2", &ids(&["web1", "web1"])), None);
+        assert_eq!(
+            outside("web1 and not web1", &ids(&["web1", "web1"])).as_deref(),
+            Some("web1")
+        );
+        assert_eq!(outside("web*", &[]), None);
+    }
+
+    /// [`FakeTargets`] answering `first_outside` from a full expansion of the target over
+    /// every accepted minion: the way the check worked before it evaluated entries over
+    /// the request's minions only.
+    struct ExpandAll(FakeTargets);
+
+    impl Targets for ExpandAll {
+        fn expand(&self, tgt: &Value, tgt_type: &str) -> Vec<String> {
+            self.0.expand(tgt, tgt_type)
+        }
+
+        fn first_outside<'c>(
+            &self,
+            tgt: &Value,
+            tgt_type: &str,
+            candidates: &'c [String],
+        ) -> Option<&'c str> {
+            let all = self.0.expand(tgt, tgt_type);
+            candidates
+                .iter()
+                .map(String::as_str)
+                .find(|c| !all.iter().any(|a| a == c))
+        }
+    }
+
+    #[test]
+    fn evaluating_entries_over_the_request_decides_as_expanding_them_over_all_minions() {
+        let entries = [
+            "web*",
+            "web1",
+            "db*",
+            "G@os:Debian",
+            "web* and G@os:Debian",
+            "web* and not G@os:Debian",
+            "not web1",
+            "not G@os:RedHat",
+            "L@web1,db1",
+            "L@web1,web2 or G@os:Debian",
+            "E@web[0-9]",
+            "I@env:prod",
+            "( web* or db1 ) and not I@env:production",
+            "web.example.com*",
+            "web* and (",
+        ];
+        let requests = [
+            ("*", "glob"),
+            ("web*", "glob"),
+            ("web1", "glob"),
+            ("web1,db1", "list"),
+            ("G@os:Debian", "compound"),
+            ("web* and not web1", "compound"),
+            ("I@env:prod*", "compound"),
+            ("nobody", "glob"),
+        ];
+        let mut checked = 0;
+        for entry in entries {
+            let acl = acl(&format!(r#"[{{"{entry}": ["test.*"]}}]"#), Matching::Full);
+            for (tgt, tgt_type) in requests {
+                let (fun, arg, tgt) = (json(r#""test.ping""#), json("[]"), Value::from(tgt));
+                let req = Request::new(&fun, &arg, &tgt, tgt_type);
+                let within = acl.check(&req, &FakeTargets::standard(), &[]);
+                let all = acl.check(&req, &ExpandAll(FakeTargets::standard()), &[]);
+                assert_eq!(within, all, "{entry} over {tgt} ({tgt_type})");
+                checked += usize::from(within.allowed);
+            }
+        }
+        assert!(checked > 10, "the grid allows some requests: {checked}");
     }
 
     #[test]

@@ -28,12 +28,14 @@
 //! ```
 //! use halite_acl::{Matching, PeerAcl, Request, Targets};
 //! use halite_acl::Value;
-//! use std::collections::BTreeSet;
 //!
 //! struct Accepted; // the master implements this with halite_target::CkMinions
 //! impl Targets for Accepted {
-//!     fn expand(&self, _tgt: &Value, _tgt_type: &str) -> BTreeSet<String> {
-//!         ["web1".to_owned()].into()
+//!     fn expand(&self, _tgt: &Value, _tgt_type: &str) -> Vec<String> {
+//!         vec!["web1".to_owned()]
+//!     }
+//!     fn first_outside<'c>(&self, _: &Value, _: &str, ids: &'c [String]) -> Option<&'c str> {
+//!         ids.iter().map(String::as_str).find(|id| *id != "web1")
 //!     }
 //! }
 //! let matching = Matching::from_config_value(&Value::Nil).unwrap(); // acl_regex_match
@@ -61,8 +63,9 @@
 //! fail in Salt), `parse_input` of the arguments, nodegroup handling. Salt's
 //! `auth.enable_expanded_auth_matching` (`auth_check_expanded`, broken in 3008.3) is not
 //! implemented. Who is root, key authentication and `sudo_acl` are the master's
-//! (it asks [`UserAcl`] only for users that are not root). `external_auth`'s
-//! `fill_auth_list` (which swaps `expr_match`'s arguments) is not here yet.
+//! (it asks [`UserAcl`] only for users that are not root). `external_auth`'s ACLs are
+//! [`EauthAcl`] (Salt's `fill_auth_list` with its swapped `expr_match` arguments fixed);
+//! authenticating the identity is `halite-eauth`'s.
 //!
 //! Deviations from Salt, each failing closed where Salt is insecure or inconsistent:
 //! - **Anchoring.** Salt uses `re.match` (start-anchored only) for every regex: id keys,
@@ -109,6 +112,14 @@
 //!   functions when `modules` is set. See [`Blacklist`].
 //! - **Runner calls by local users** are checked against the user's `@runner`,
 //!   `@<module>` entries ([`UserAcl::check_runner`]); Salt checks nothing for them.
+//! - **Entry targets are evaluated over the request's minions** ([`Targets::first_outside`]),
+//!   not expanded over every accepted minion as Salt does, and the subset test stops at
+//!   the first targeted minion outside ([`MissKind::TargetNotSubset`] names that one).
+//!   The answer is the same for each targeted minion, so the decision is too, except
+//!   where Salt's expansion fails as a whole because of a minion the request does not
+//!   target (under `S@`, an `ipv4` grain that is not an address): that minion no longer
+//!   voids the entry for requests that do not target it. A targeted minion that fails it
+//!   still does.
 //!
 //! `tests/salt_auth_table.json` holds 205 cases decided by stock Salt 3008.3
 //! (`tools/gen_auth_table.py`) with the answer Halite gives in each mode; every case where
@@ -116,21 +127,27 @@
 //!
 //! Invariants:
 //! - Pure: no I/O, no clock, no global state; a check calls [`Targets::expand`] at most
-//!   once for the request's target (twice with `publish_validate`) and once per map entry
-//!   it reaches (the `*` target and entries whose function regexes do not match never
-//!   expand anything).
+//!   once for the request's target (twice with `publish_validate`, never when the caller
+//!   passes the expansion in [`Request::minions`]), and [`Targets::first_outside`] at most
+//!   twice per map entry it reaches, over the request's minions only: first over its first
+//!   and last minions, then over the rest only if both are inside (the `*` target, entries
+//!   whose function regexes do not match and requests that reach no minion evaluate
+//!   nothing). The cost of a check grows with the request's minions and the entries
+//!   reached, not with the number of accepted minions.
 //! - Untrusted requests never panic and cost is bounded: no recursion on request data
 //!   beyond [`MAX_ARG_DEPTH`], at most [`MAX_FUNCTIONS`] functions, regexes compiled once at
 //!   parse time and run with a backtracking limit.
 //! - A target that expands to no minion passes every target entry (Salt's subset rule is
 //!   vacuously true); the caller publishes nothing in that case, as Salt does.
-//! - Regexes are compiled once, at parse time. A check allocates the target expansions it
-//!   needs, one grant per function, and the reasons of entries that came close.
+//! - Regexes are compiled once, at parse time. A check allocates the request's expansion
+//!   when the caller did not pass it, one grant per function, and the reasons of entries
+//!   that came close; it never copies the ACL.
 
 mod acl;
 mod args;
 mod blacklist;
 mod check;
+mod eauth;
 mod expr;
 mod pattern;
 mod peer;
@@ -146,6 +163,7 @@ pub use check::{
     exact_tgt_type, Decision, EntryRef, Grant, GrantedBy, Miss, MissKind, Reason, Request, Targets,
     MAX_FUNCTIONS,
 };
+pub use eauth::EauthAcl;
 pub use expr::ExprMatch;
 pub use pattern::{prefix_differs, Matching, ModeNote, PatternKind};
 pub use peer::{PeerAcl, RunnerAcl};

@@ -7,7 +7,9 @@ use rmpv::Value;
 
 use crate::acl::{compile, repr_of, shorten, Acl, ParseWarning};
 use crate::args::regex_miss;
-use crate::check::{Decision, EntryRef, Grant, GrantedBy, Miss, Reason, Request, Targets};
+use crate::check::{
+    check_lists, Decision, EntryRef, Grant, GrantedBy, Miss, Reason, Request, Targets,
+};
 use crate::pattern::{note_if_differs, Matching, ModeNote, Pattern, PatternKind};
 
 /// The `(key, value)` pairs of an id-keyed map, or why there are none.
@@ -197,13 +199,19 @@ impl PeerAcl {
 
     /// The peer check of Salt's `__verify_minion_publish` once the load is well formed:
     /// [`PeerAcl::for_minion`]`(id)` checks `req` with `publish_validate` on (whatever
-    /// `req` says) and no whitelist.
+    /// `req` says) and no whitelist, without building that merged list.
     pub fn check(&self, id: &str, req: &Request<'_>, targets: &dyn Targets) -> Decision {
         let req = Request {
             publish_validate: true,
             ..*req
         };
-        self.for_minion(id).check(&req, targets, &[])
+        let lists: Vec<&Acl> = self
+            .keys
+            .iter()
+            .filter(|k| id_matches(&k.id, id))
+            .map(|k| &k.acl)
+            .collect();
+        check_lists(&lists, &req, targets, &[])
     }
 
     /// Every valid pattern (id keys, function, argument and keyword regexes) whose

@@ -21,7 +21,7 @@ pub(crate) fn note_texts(notes: &[ModeNote]) -> Vec<String> {
 }
 
 /// Accepted minions with grains and pillar, expanded by `halite_target`'s `CkMinions`;
-/// records every expansion asked for.
+/// records every expansion and evaluation (`first_outside`) asked for.
 pub(crate) struct FakeTargets {
     accepted: BTreeSet<String>,
     data: BTreeMap<(String, bool), Value>,
@@ -64,12 +64,12 @@ impl FakeTargets {
         }
     }
 
-    /// How many expansions were asked for.
+    /// How many expansions and evaluations were asked for.
     pub(crate) fn calls(&self) -> usize {
         self.seen.borrow().len()
     }
 
-    /// The expansions asked for, as `(tgt, tgt_type)`.
+    /// The expansions and evaluations asked for, as `(tgt, tgt_type)`.
     pub(crate) fn seen(&self) -> Vec<(String, String)> {
         self.seen.borrow().clone()
     }
@@ -87,17 +87,33 @@ impl MinionDataCache for FakeTargets {
     }
 }
 
-impl Targets for FakeTargets {
-    fn expand(&self, tgt: &Value, tgt_type: &str) -> BTreeSet<String> {
+impl FakeTargets {
+    /// `CkMinions` over the accepted minions and their data, recording the target asked.
+    fn ck(&self, tgt: &Value, tgt_type: &str) -> CkMinions<'_> {
         let shown = tgt.as_str().unwrap_or("?").to_owned();
         self.seen.borrow_mut().push((shown, tgt_type.to_owned()));
-        let ck = CkMinions {
+        CkMinions {
             accepted: &self.accepted,
             cache: self,
             regexes: &self.regexes,
             minion_data_cache: true,
             nodegroups: None,
-        };
-        ck.expand(tgt, tgt_type)
+        }
+    }
+}
+
+impl Targets for FakeTargets {
+    fn expand(&self, tgt: &Value, tgt_type: &str) -> Vec<String> {
+        self.ck(tgt, tgt_type).expand(tgt, tgt_type)
+    }
+
+    fn first_outside<'c>(
+        &self,
+        tgt: &Value,
+        tgt_type: &str,
+        candidates: &'c [String],
+    ) -> Option<&'c str> {
+        self.ck(tgt, tgt_type)
+            .first_outside(tgt, tgt_type, candidates)
     }
 }

@@ -6,7 +6,7 @@ use halite_target::pyvalue;
 use rmpv::Value;
 
 use crate::acl::{repr_of, shorten, Acl, ParseWarning};
-use crate::check::{Decision, Reason, Request, Targets};
+use crate::check::{check_lists, Decision, Reason, Request, Targets};
 use crate::expr::{ExprForm, ExprMatch, ExprPattern};
 use crate::pattern::{Matching, ModeNote, PatternKind};
 use crate::spec::SpecForm;
@@ -126,8 +126,9 @@ impl UserAcl {
 
     /// The `publisher_acl` check of Salt's `ClearFuncs.publish` for a user that is not
     /// root (the caller decides who is): [`UserAcl::for_user`]`(user)` checks `req` with
-    /// `whitelist` (Salt passes `["saltutil.find_job"]`). A user without entries gets
-    /// [`Reason::NoEntriesForUser`], Salt's authentication failure, whatever the request.
+    /// `whitelist` (Salt passes `["saltutil.find_job"]`), without building that merged
+    /// list. A user without entries gets [`Reason::NoEntriesForUser`], Salt's
+    /// authentication failure, whatever the request.
     pub fn check(
         &self,
         user: &str,
@@ -135,11 +136,16 @@ impl UserAcl {
         targets: &dyn Targets,
         whitelist: &[&str],
     ) -> Decision {
-        let acl = self.for_user(user);
-        if acl.is_empty() {
+        let lists: Vec<&Acl> = self
+            .keys
+            .iter()
+            .filter(|k| key_matches(k, user))
+            .map(|k| &k.acl)
+            .collect();
+        if lists.iter().all(|acl| acl.is_empty()) {
             return no_entries(user);
         }
-        acl.check(req, targets, whitelist)
+        check_lists(&lists, req, targets, whitelist)
     }
 
     /// May `user` run the runner `fun` (`module.function`) with `kwarg` (the request's

@@ -16,21 +16,25 @@
 //! Salt's docs open with a manual `chmod`); `master_event_pull.ipc`, which fires events,
 //! stays owner-only. `cachedir` is 0755 (its key and session files are 0600).
 
+use crate::credentials::AuthType;
 use crate::Master;
-use halite_acl::{Blacklist, Decision, Matching, Request, UserAcl};
+use halite_acl::{Acl, Blacklist, Decision, Matching, Request, UserAcl};
 use halite_config::MasterConfig;
 use halite_proto::value::{self, map, s};
 use halite_proto::Value;
+use std::sync::Arc;
 
 /// The parsed access-control options.
 pub struct AccessControl {
+    /// `acl_regex_match`.
+    pub(crate) matching: Matching,
     acl: Option<UserAcl>,
     blacklist: Option<Blacklist>,
     sudo_acl: bool,
 }
 
 /// Who a publish authenticated as.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum Caller {
     /// Root, the master's user, or a user `sudo` made root: no ACL applies.
     Root(String),
@@ -38,6 +42,15 @@ pub enum Caller {
     Sudo(String),
     /// A local user whose key matched: only its `publisher_acl` entries.
     User(String),
+    /// An `external_auth` user, logged in or through a token: the ACL of its login.
+    External {
+        /// The eauth user name (the job's `user`).
+        name: String,
+        /// How it authenticated.
+        auth: AuthType,
+        /// Its entries.
+        acl: Arc<Acl>,
+    },
 }
 
 impl Caller {
@@ -45,6 +58,15 @@ impl Caller {
     pub fn name(&self) -> &str {
         match self {
             Caller::Root(n) | Caller::Sudo(n) | Caller::User(n) => n,
+            Caller::External { name, .. } => name,
+        }
+    }
+
+    /// The auth type Salt's log lines name.
+    fn auth_name(&self) -> &'static str {
+        match self {
+            Caller::External { auth, .. } => auth.name(),
+            _ => "user",
         }
     }
 }
@@ -83,9 +105,7 @@ impl AccessControl {
                 for w in warnings {
                     tracing::warn!("publisher_acl: {w}");
                 }
-                for note in acl.differing_patterns() {
-                    tracing::warn!("{note}");
-                }
+                log_mode_notes("publisher_acl", &acl.differing_patterns());
                 Some(acl)
             }
             Some(Value::Map(_)) => None,
@@ -102,9 +122,7 @@ impl AccessControl {
                 for w in warnings {
                     tracing::warn!("publisher_acl_blacklist: {w}");
                 }
-                for note in b.differing_patterns() {
-                    tracing::warn!("{note}");
-                }
+                log_mode_notes("publisher_acl_blacklist", &b.differing_patterns());
                 Some(b)
             }
             Some(other) => {
@@ -115,6 +133,7 @@ impl AccessControl {
         };
         let sudo_acl = cfg.get("sudo_acl").is_some_and(value::truthy);
         Ok(AccessControl {
+            matching,
             acl,
             blacklist,
             sudo_acl,
@@ -210,15 +229,25 @@ impl Master {
         let fun = value::get(load, "fun").cloned().unwrap_or(Value::Nil);
         let tgt = value::get(load, "tgt").cloned().unwrap_or(s(""));
         let tgt_type = value::get_str(load, "tgt_type").unwrap_or("glob");
-        let user = self.checked_user(caller, claimed_user);
+        let user = match (caller, &refusal) {
+            (Caller::External { name, .. }, Refusal::Authorization(r))
+                if !r.starts_with("blacklisted") =>
+            {
+                name.as_str()
+            }
+            _ => self.checked_user(caller, claimed_user),
+        };
         match &refusal {
             Refusal::Authorization(_) if reason.starts_with("blacklisted") => tracing::error!(
                 "{user} does not have permissions to run {}. Please contact your local administrator if you believe this is in error.",
                 shown(&fun)
             ),
             _ => {
-                tracing::warn!("Authentication failure of type \"user\" occurred.");
-                tracing::info!(
+                tracing::warn!(
+                    "Authentication failure of type \"{}\" occurred.",
+                    caller.auth_name()
+                );
+                tracing::warn!(
                     "Publish of {} to {} ({tgt_type}) by user {user} denied: {reason}",
                     shown(&fun),
                     shown(&tgt)
@@ -280,26 +309,30 @@ impl Master {
         if let Some(reason) = self.blacklist_hit(self.checked_user(caller, claimed_user), &fun) {
             return Err((Refusal::Authorization(reason.clone()), reason));
         }
-        let name = match caller {
-            Caller::Root(n) => return Ok(format!("{n} has root's rights: no ACL applies")),
-            Caller::Sudo(n) | Caller::User(n) => n.as_str(),
-        };
-        let Some(acl) = &self.access.acl else {
-            let reason = format!("no publisher_acl entries for user '{name}'");
-            return Err((Refusal::Authentication, reason));
-        };
         let arg = value::get(load, "arg")
             .cloned()
             .unwrap_or(Value::Array(vec![]));
-        let expanded: std::collections::BTreeSet<String> = minions.iter().cloned().collect();
         let mut req = Request::new(&fun, &arg, &tgt, tgt_type);
-        req.minions = Some(&expanded);
-        let decision = acl.check(
-            name,
-            &req,
-            &crate::handlers::peer::AclTargets(self),
-            &["saltutil.find_job"],
-        );
+        req.minions = Some(minions);
+        let targets = crate::handlers::peer::AclTargets(self);
+        let whitelist = ["saltutil.find_job"];
+        let decision = match caller {
+            Caller::Root(n) => return Ok(format!("{n} has root's rights: no ACL applies")),
+            Caller::Sudo(name) | Caller::User(name) => {
+                let Some(acl) = &self.access.acl else {
+                    let reason = format!("no publisher_acl entries for user '{name}'");
+                    return Err((Refusal::Authentication, reason));
+                };
+                acl.check(name, &req, &targets, &whitelist)
+            }
+            // Salt: an eauth user with no entries is not authorised (not unauthenticated).
+            Caller::External { name, acl, .. } if acl.is_empty() => {
+                tracing::debug!("Auth configuration for eauth user \"{name}\" is empty");
+                let reason = format!("no external_auth entries for user '{name}'");
+                return Err((Refusal::Authorization(reason.clone()), reason));
+            }
+            Caller::External { acl, .. } => acl.check(&req, &targets, &whitelist),
+        };
         let reason = decision.to_string();
         match decision.reason {
             _ if decision.allowed => Ok(reason),
@@ -369,34 +402,42 @@ impl Master {
         fun: &str,
         kwarg: &Value,
     ) -> Result<(), Refusal> {
-        let name = match caller {
+        let decision = match caller {
             Caller::Root(_) => return Ok(()),
-            Caller::Sudo(n) | Caller::User(n) => n.as_str(),
+            Caller::Sudo(name) | Caller::User(name) => {
+                let Some(acl) = &self.access.acl else {
+                    return Err(Refusal::Authentication);
+                };
+                acl.check_runner(name, fun, kwarg)
+            }
+            Caller::External { acl, .. } => {
+                acl.check_spec(fun, halite_acl::SpecForm::Runner, kwarg)
+            }
         };
-        let Some(acl) = &self.access.acl else {
-            return Err(Refusal::Authentication);
-        };
-        let decision = acl.check_runner(name, fun, kwarg);
         if decision.allowed {
             return Ok(());
         }
-        self.deny(caller.name(), &s(fun), &s(""), "runner", &decision)
+        self.deny(caller, &s(fun), &s(""), "runner", &decision)
     }
 
     fn deny(
         &self,
-        user: &str,
+        caller: &Caller,
         fun: &Value,
         tgt: &Value,
         tgt_type: &str,
         decision: &Decision,
     ) -> Result<(), Refusal> {
-        tracing::warn!("Authentication failure of type \"user\" occurred.");
+        let user = caller.name();
+        tracing::warn!(
+            "Authentication failure of type \"{}\" occurred.",
+            caller.auth_name()
+        );
         if matches!(decision.reason, halite_acl::Reason::NoEntriesForUser { .. }) {
             // Salt: an empty auth list is an authentication failure.
             return Err(Refusal::Authentication);
         }
-        tracing::info!(
+        tracing::warn!(
             "Publish of {} to {} ({tgt_type}) by user {user} denied: {decision}",
             shown(fun),
             shown(tgt)
@@ -417,6 +458,25 @@ impl Master {
                 ("reason", s(reason)),
             ]),
         );
+    }
+}
+
+/// Logs the patterns of `option` whose meaning differs from Salt's under the chosen
+/// `acl_regex_match`: one WARNING with the count and the first, each at DEBUG (a 50-entry
+/// ACL gave 91 lines at every start otherwise).
+pub(crate) fn log_mode_notes<N: std::fmt::Display>(option: &str, notes: &[N]) {
+    let Some(first) = notes.first() else {
+        return;
+    };
+    match notes.len() {
+        1 => tracing::warn!("{first}"),
+        n => tracing::warn!(
+            "{option}: {n} patterns match differently from Salt under acl_regex_match (the \
+             first: {first}); the master's debug log lists them all"
+        ),
+    }
+    for note in notes {
+        tracing::debug!("{note}");
     }
 }
 

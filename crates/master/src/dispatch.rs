@@ -27,15 +27,49 @@ use std::time::SystemTime;
 /// Requests larger than this are refused with a log line (libzmq's own cap is higher).
 pub const MAX_REQUEST_SIZE: usize = 64 << 20;
 
-/// A clear-channel command handler: the clear load in, the reply (sent as is) out.
-type ClearHandler = fn(&Master, &Value) -> Value;
+/// A clear-channel command handler.
+type ClearHandler = fn(&Master, ClearCall<'_>) -> ClearReply;
+
+/// What a clear-command handler sees.
+pub struct ClearCall<'a> {
+    /// The clear load.
+    pub load: &'a Value,
+    /// For a handler that answers later ([`ClearReply::Held`]).
+    pub reply_to: ClearReplyTo,
+}
+
+/// How a clear command's result is sent back.
+pub enum ClearReply {
+    /// Sent as is.
+    Send(Value),
+    /// The handler kept [`ClearCall::reply_to`] and answers later (an `external_auth`
+    /// login runs off the request workers).
+    Held,
+}
+
+/// Where a held clear reply goes.
+pub struct ClearReplyTo {
+    peer: PeerId,
+    transport: Arc<dyn ServerTransport>,
+}
+
+impl ClearReplyTo {
+    /// Sends `ret` (from any thread).
+    pub fn send(self, ret: &Value) {
+        if let Err(e) = self.transport.reply(self.peer, value::encode(ret)) {
+            tracing::warn!("A held reply could not be sent: {e}");
+        }
+    }
+}
 
 /// The clear commands this master answers (`ClearFuncs`, plus `_auth`).
 const CLEAR_HANDLERS: &[(&str, ClearHandler)] = &[
-    ("_auth", Master::handle_auth),
+    ("_auth", |m, c| ClearReply::Send(m.handle_auth(c.load))),
     ("publish", Master::handle_publish),
     ("runner", Master::handle_runner),
-    ("ping", Master::handle_ping),
+    ("mk_token", Master::handle_mk_token),
+    ("get_token", Master::handle_get_token),
+    ("ping", |_, c| ClearReply::Send(c.load.clone())),
 ];
 
 /// How an encrypted command's result is sent back.
@@ -155,13 +189,22 @@ impl Master {
         match request {
             Request::Clear { load, .. } => {
                 let cmd = value::get_str(&load, "cmd").unwrap_or("");
-                Some(match CLEAR_HANDLERS.iter().find(|(name, _)| *name == cmd) {
-                    Some((_, handler)) => handler(self, &load),
-                    None => {
-                        tracing::debug!(cmd, "Unknown clear command answered with {{}}");
-                        Value::Map(vec![])
-                    }
-                })
+                let Some((_, handler)) = CLEAR_HANDLERS.iter().find(|(name, _)| *name == cmd)
+                else {
+                    tracing::debug!(cmd, "Unknown clear command answered with {{}}");
+                    return Some(Value::Map(vec![]));
+                };
+                let call = ClearCall {
+                    load: &load,
+                    reply_to: ClearReplyTo {
+                        peer: peer.clone(),
+                        transport: self.transport.clone(),
+                    },
+                };
+                match handler(self, call) {
+                    ClearReply::Send(v) => Some(v),
+                    ClearReply::Held => None,
+                }
             }
             Request::Aes {
                 id,

@@ -14,11 +14,13 @@
 //! anything on the minion bus.
 
 pub mod access;
+pub mod credentials;
 pub mod dispatch;
 pub mod events;
 pub mod handlers;
 pub mod jobs;
 pub mod keys;
+pub mod logins;
 pub mod publisher;
 pub mod sessions;
 #[cfg(test)]
@@ -27,16 +29,19 @@ pub mod watch;
 
 use events::EventSink;
 use halite_config::MasterConfig;
+use halite_eauth::ExternalAuth;
 use halite_jobcache::{HashType, JobStore, LocalCacheWriter, RedbJobStore};
 use halite_keystore::KeyStore;
 use halite_proto::jid::JidGenerator;
 use halite_proto::rsa::{PrivateKey, SigAlgo};
 use halite_proto::value::{self, map, s};
 use halite_proto::Value;
+use halite_token::{RedbTokenStore, TokenStore};
 use halite_transport::zeromq::{ZmqServer, ZmqServerConfig};
 use halite_transport::ServerTransport;
 use jobs::{JobCache, JobSink, JobWriter};
 use keys::{KeyChange, KeyIndex};
+use logins::Authenticator;
 use publisher::Publisher;
 use sessions::Sessions;
 use std::collections::HashMap;
@@ -83,6 +88,9 @@ pub enum Error {
     /// The event journal (a Halite extension) could not be configured or started.
     #[error("event journal: {0}")]
     Journal(#[from] halite_journal::Error),
+    /// The eauth token store could not be opened.
+    #[error("eauth tokens: {0}")]
+    Tokens(#[from] halite_token::Error),
 }
 
 /// The master's shared state, used by every request worker.
@@ -110,6 +118,16 @@ pub struct Master {
     me: Weak<Master>,
     /// The user the master process runs as, looked up once at start.
     run_user: Option<String>,
+    /// `external_auth`.
+    eauth: Arc<ExternalAuth>,
+    /// Runs `external_auth` logins off the request workers.
+    logins: Authenticator,
+    /// Eauth tokens.
+    tokens: Arc<dyn TokenStore>,
+    /// `token_expire`, seconds.
+    token_expire: f64,
+    /// `keep_acl_in_token`.
+    keep_acl_in_token: bool,
 }
 
 /// What a [`Master`] is built from besides its config: where replies and publishes go,
@@ -124,6 +142,8 @@ pub struct Parts {
     pub jobs: Arc<dyn JobSink>,
     /// The job store, read by runners and `pub_ret`.
     pub job_store: Arc<dyn JobStore>,
+    /// Eauth tokens.
+    pub tokens: Arc<dyn TokenStore>,
 }
 
 impl Master {
@@ -144,6 +164,16 @@ impl Master {
         let publisher = Publisher::new(parts.transport.clone(), key.clone(), signer);
         let acl = handlers::peer::PeerAcls::from_config(&cfg)?;
         let access = access::AccessControl::from_config(&cfg)?;
+        let eauth = Arc::new(external_auth(&cfg)?);
+        let token_expire = cfg
+            .get("token_expire")
+            .and_then(|v| match v {
+                Value::Integer(i) => i.as_f64(),
+                Value::F64(f) => Some(*f),
+                _ => None,
+            })
+            .unwrap_or(halite_token::DEFAULT_TOKEN_EXPIRE);
+        let keep_acl_in_token = cfg.get("keep_acl_in_token").is_some_and(value::truthy);
         let run_user = halite_config::current_user();
         let client_keys = write_client_keys(&cfg, run_user.as_deref(), access.key_users())?;
         let sessions = Sessions::new(&cfg.cachedir, cfg.publish_session)
@@ -169,6 +199,11 @@ impl Master {
             running_runners: AtomicUsize::new(0),
             me: me.clone(),
             run_user,
+            logins: Authenticator::new(eauth.clone(), logins::LOGIN_THREADS),
+            eauth,
+            tokens: parts.tokens,
+            token_expire,
+            keep_acl_in_token,
             cfg,
         }))
     }
@@ -408,6 +443,32 @@ pub fn prepare_dirs(cfg: &MasterConfig) -> Result<(), Error> {
     make_dir(&cfg.sock_dir, 0o750)
 }
 
+/// `loop_interval`: how often maintenance (expired tokens) runs; Salt's default is 60 s.
+fn loop_interval(cfg: &MasterConfig) -> Duration {
+    let secs = match cfg.get("loop_interval") {
+        Some(Value::Integer(i)) => i.as_f64(),
+        Some(Value::F64(f)) => Some(*f),
+        _ => None,
+    };
+    secs.filter(|s| s.is_finite() && *s >= 1.0)
+        .map_or(Duration::from_secs(60), Duration::from_secs_f64)
+}
+
+/// Parses `external_auth` (with `acl_regex_match` and `permissive_acl`); a malformed
+/// option is a startup error naming the key.
+fn external_auth(cfg: &MasterConfig) -> Result<ExternalAuth, Error> {
+    let settings = halite_eauth::Settings::from_master_options(&cfg.raw)
+        .map_err(|e| Error::Config(e.to_string()))?;
+    let option = cfg.get("external_auth").unwrap_or(&Value::Nil);
+    let auth =
+        ExternalAuth::from_config(option, &settings).map_err(|e| Error::Config(e.to_string()))?;
+    for w in auth.warnings() {
+        tracing::warn!("{w}");
+    }
+    access::log_mode_notes("external_auth", &auth.differing_patterns());
+    Ok(auth)
+}
+
 /// Runs the master until `shutdown` is cancelled.
 pub async fn run(cfg: MasterConfig, shutdown: CancellationToken) -> Result<(), Error> {
     prepare_dirs(&cfg)?;
@@ -448,6 +509,9 @@ pub async fn run(cfg: MasterConfig, shutdown: CancellationToken) -> Result<(), E
     let (transport, incoming) = ZmqServer::bind(&zcfg)?;
     let transport = Arc::new(transport);
     let local = LocalCacheWriter::new(&cfg.cachedir, hash_type);
+    let tokens = Arc::new(RedbTokenStore::open(
+        cfg.cachedir.join(halite_token::TOKEN_FILE),
+    )?);
     let master = Master::new(
         cfg,
         Parts {
@@ -455,10 +519,11 @@ pub async fn run(cfg: MasterConfig, shutdown: CancellationToken) -> Result<(), E
             events: Arc::new(bus.clone()),
             jobs: Arc::new(JobCache { writer, local }),
             job_store,
+            tokens,
         },
     )?;
 
-    if master.access.has_acl() {
+    if master.access.has_acl() || !master.eauth.enabled().is_empty() {
         open_bus_to_acl_users(&master.cfg);
     }
 
@@ -489,9 +554,14 @@ pub async fn run(cfg: MasterConfig, shutdown: CancellationToken) -> Result<(), E
         master.cfg.publish_port
     );
     let mut tick = tokio::time::interval(KEY_REFRESH_INTERVAL);
+    let mut maintenance = tokio::time::interval(loop_interval(&master.cfg));
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => break,
+            _ = maintenance.tick() => {
+                let m = master.clone();
+                let _ = tokio::task::spawn_blocking(move || m.clean_expired_tokens()).await;
+            }
             _ = tick.tick() => {
                 let m = master.clone();
                 let changes = tokio::task::spawn_blocking(move || m.keys.refresh()).await.unwrap_or_default();
@@ -504,6 +574,7 @@ pub async fn run(cfg: MasterConfig, shutdown: CancellationToken) -> Result<(), E
     tracing::info!("The Salt Master is shutting down");
     // Runner threads waiting for minions and held replies end now.
     master.watch.stop();
+    master.logins.stop();
     transport.shutdown();
     for w in workers {
         let _ = w.join();

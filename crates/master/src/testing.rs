@@ -15,6 +15,7 @@ use halite_proto::minion::{
 use halite_proto::pem::clean_key;
 use halite_proto::rsa::{EncAlgo, PrivateKey, SigAlgo};
 use halite_proto::{value, Value};
+use halite_token::RedbTokenStore;
 use halite_transport::{PeerId, ServerTransport};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -162,6 +163,7 @@ impl TestMaster {
                 events: events.clone(),
                 jobs: Arc::new(StoreSink(store.clone())),
                 job_store: store.clone(),
+                tokens: Arc::new(RedbTokenStore::open(root.join("tokens.redb")).unwrap()),
             },
         )
         .unwrap();
@@ -174,17 +176,22 @@ impl TestMaster {
         }
     }
 
-    /// Sends a clear request (a local client's) and decodes the reply.
+    /// Sends a clear request (a local client's) and decodes the reply, waiting up to 10 s
+    /// for a held one (an eauth login).
     pub fn clear(&self, load: Value) -> Value {
         let body = value::map([
             ("enc", value::s("clear")),
             ("load", load),
             ("version", Value::from(3)),
         ]);
-        let reply = self
-            .master
-            .handle_request(&value::encode(&body), &PeerId(b"cli".to_vec()))
-            .expect("clear commands answer at once");
+        let peer = PeerId(b"cli".to_vec());
+        let reply = match self.master.handle_request(&value::encode(&body), &peer) {
+            Some(reply) => reply,
+            None => self
+                .wire
+                .held_reply(&peer, Duration::from_secs(10))
+                .expect("a held clear reply within 10 s"),
+        };
         value::decode(&reply).unwrap()
     }
 

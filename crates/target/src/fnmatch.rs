@@ -93,41 +93,47 @@ impl Pattern {
         Self { tokens }
     }
 
-    /// Whether `name` matches the whole glob.
+    /// Whether `name` matches the whole glob. Allocates nothing.
     pub fn matches(&self, name: &str) -> bool {
-        let name: Vec<char> = name.chars().collect();
         let tokens = &self.tokens;
+        // `t` indexes tokens, `s` is a byte offset into `name` (always a char boundary).
         let (mut t, mut s) = (0, 0);
         // Where to resume after the last star: (token after the star, name position).
         let mut resume: Option<(usize, usize)> = None;
         loop {
-            if t < tokens.len() {
-                let step = match &tokens[t] {
-                    Token::Star => {
-                        resume = Some((t + 1, s));
-                        t += 1;
-                        continue;
-                    }
-                    Token::Literal(c) => name.get(s) == Some(c),
-                    Token::AnyChar => s < name.len(),
-                    Token::Class(class) => name.get(s).is_some_and(|&c| class.contains(c)),
-                };
-                if step {
+            let next = name.get(s..).and_then(|rest| rest.chars().next());
+            match tokens.get(t) {
+                Some(Token::Star) => {
+                    resume = Some((t + 1, s));
                     t += 1;
-                    s += 1;
                     continue;
                 }
-            } else if s == name.len() {
-                return true;
-            }
-            match resume {
-                Some((rt, rs)) if rs < name.len() => {
-                    resume = Some((rt, rs + 1));
-                    t = rt;
-                    s = rs + 1;
+                Some(token) => {
+                    let step = match (token, next) {
+                        (Token::Literal(c), Some(n)) => *c == n,
+                        (Token::AnyChar, Some(_)) => true,
+                        (Token::Class(class), Some(n)) => class.contains(n),
+                        _ => false,
+                    };
+                    if let (true, Some(n)) = (step, next) {
+                        t += 1;
+                        s += n.len_utf8();
+                        continue;
+                    }
                 }
-                _ => return false,
+                None if s == name.len() => return true,
+                None => {}
             }
+            // Let the last star take one more character, or fail.
+            let Some((rt, rs)) = resume else {
+                return false;
+            };
+            let Some(c) = name.get(rs..).and_then(|rest| rest.chars().next()) else {
+                return false;
+            };
+            resume = Some((rt, rs + c.len_utf8()));
+            t = rt;
+            s = rs + c.len_utf8();
         }
     }
 }
@@ -300,6 +306,16 @@ mod tests {
     glob!(reversed_range_never_matches, "[z-a]", "a", false);
     glob!(negated_reversed_range_matches_anything, "[!z-a]", "q", true);
     glob!(backslash_is_literal_inside_brackets, r"[\]", r"\", true);
+
+    #[test]
+    fn star_and_question_mark_step_over_whole_multibyte_characters() {
+        assert!(fnmatch("\u{e9}x", "?x"));
+        assert!(fnmatch("h\u{e9}\u{1f600}llo", "h*llo"));
+        assert!(fnmatch("\u{e9}\u{e9}\u{e9}", "*\u{e9}"));
+        assert!(fnmatch("a\u{1f600}", "a[\u{1f600}]"));
+        assert!(!fnmatch("\u{e9}", "??"));
+        assert!(!fnmatch("\u{e9}\u{e9}", "*x"));
+    }
 
     #[test]
     fn many_stars_do_not_blow_up() {

@@ -1,7 +1,8 @@
 //! Salt 3008.3 targeting: which minions a publish is for.
 //!
 //! Salt decides targeting twice. The master computes the minions it **expects**
-//! ([`CkMinions::check_minions`]) to know whom to wait for; every connected minion receives
+//! ([`CkMinions::check_minions`]; [`CkMinions::check_among`] over given candidates, for
+//! the ACL checks) to know whom to wait for; every connected minion receives
 //! the publish anyway and decides for itself ([`minion_match`]), and the minion's decision
 //! is the one that counts. This crate implements both sides with Salt's exact rules,
 //! including the places where the two disagree (a glob is comma-split on the master only;

@@ -13,6 +13,10 @@
 //! engine, fetches cached data only for the minions an engine needs, and returns ids
 //! borrowed from the accepted set.
 //!
+//! [`CkMinions::check_among`] answers the same question for a few candidates (which of
+//! a request's minions an ACL entry's target reaches) at the cost of the candidates, not
+//! of every accepted minion: the engines walk the candidates instead of the accepted ids.
+//!
 //! Differences from Salt 3008.3, all deliberate:
 //! - Salt 3008's resource extensions are absent: glob targets are not augmented with
 //!   resource ids, `-L` does not resolve bare resource ids, a `T@` word expects nobody
@@ -27,7 +31,7 @@
 //!   one (Python would keep going).
 
 use std::borrow::Cow;
-use std::collections::BTreeSet;
+use std::collections::{btree_set, BTreeSet, HashSet};
 
 use rmpv::Value;
 
@@ -140,6 +144,100 @@ impl<'a> CkMinions<'a> {
         delimiter: &str,
         greedy: bool,
     ) -> CheckResult<'a> {
+        let eval = Eval {
+            ck: *self,
+            ids: Universe::Accepted(self.accepted),
+        };
+        match eval.run(tgt, tgt_type, delimiter, greedy) {
+            Some(part) => {
+                let mut minions = part.minions;
+                minions.sort_by_cached_key(|id| (id.to_lowercase(), *id));
+                minions.dedup();
+                CheckResult {
+                    minions,
+                    missing: part.missing,
+                }
+            }
+            None => CheckResult::default(),
+        }
+    }
+
+    /// [`CkMinions::check_minions`] with `candidates` in place of the accepted ids: which
+    /// of `candidates` the target reaches, in no particular order, each at most as often
+    /// as it is a candidate (once when the candidates are distinct). Nothing is sorted and
+    /// `missing` is not computed.
+    ///
+    /// `candidates` must be accepted ids (typically a target's expected minions); a
+    /// candidate that is not accepted is evaluated as if it were. Every engine decides a
+    /// minion from that minion alone, and a compound `not` is relative to the candidates,
+    /// so for every candidate the answer is the one `check_minions` gives, at the cost of
+    /// the candidates only, with one difference: an engine failure caused by a minion that
+    /// is not a candidate (a regex over the backtracking limit on its id, an `ipv4` grain
+    /// that is not an address under `S@`) does not empty the result. A failure caused by a
+    /// candidate empties it, as in `check_minions`.
+    pub fn check_among<'c>(
+        &self,
+        tgt: &Value,
+        tgt_type: &str,
+        delimiter: &str,
+        greedy: bool,
+        candidates: &'c [String],
+    ) -> Vec<&'c str> {
+        let eval = Eval {
+            ck: *self,
+            ids: Universe::Among(candidates),
+        };
+        eval.run(tgt, tgt_type, delimiter, greedy)
+            .map(|part| part.minions)
+            .unwrap_or_default()
+    }
+}
+
+/// The ids an evaluation considers.
+#[derive(Clone, Copy)]
+enum Universe<'u> {
+    /// Every accepted id ([`CkMinions::check_minions`]).
+    Accepted(&'u BTreeSet<String>),
+    /// The caller's candidates ([`CkMinions::check_among`]).
+    Among(&'u [String]),
+}
+
+impl<'u> Universe<'u> {
+    fn iter(self) -> Ids<'u> {
+        match self {
+            Self::Accepted(set) => Ids::Set(set.iter()),
+            Self::Among(list) => Ids::List(list.iter()),
+        }
+    }
+}
+
+/// The ids of a [`Universe`], in its order.
+enum Ids<'u> {
+    Set(btree_set::Iter<'u, String>),
+    List(std::slice::Iter<'u, String>),
+}
+
+impl<'u> Iterator for Ids<'u> {
+    type Item = &'u str;
+
+    fn next(&mut self) -> Option<&'u str> {
+        match self {
+            Self::Set(it) => it.next().map(String::as_str),
+            Self::List(it) => it.next().map(String::as_str),
+        }
+    }
+}
+
+/// One evaluation: what a check reads (`ck`) and the ids it considers (`ids`); every id
+/// it answers is borrowed from `ids`.
+struct Eval<'a, 'u> {
+    ck: CkMinions<'a>,
+    ids: Universe<'u>,
+}
+
+impl<'u> Eval<'_, 'u> {
+    /// The engines' answer, or `None` (logged as Salt logs it) when Salt would raise.
+    fn run(&self, tgt: &Value, tgt_type: &str, delimiter: &str, greedy: bool) -> Option<Part<'u>> {
         let empty = Value::from("");
         let expr = if matches!(tgt, Value::Nil) {
             &empty
@@ -174,28 +272,20 @@ impl<'a> CkMinions<'a> {
             _ => Err(Raised),
         };
         match result {
-            Ok(part) => {
-                let mut minions = part.minions;
-                minions.sort_by_cached_key(|id| (id.to_lowercase(), *id));
-                minions.dedup();
-                CheckResult {
-                    minions,
-                    missing: part.missing,
-                }
-            }
+            Ok(part) => Some(part),
             Err(Raised) => {
                 tracing::error!(
                     "Failed matching available minions with {} pattern: {}",
                     tgt_type,
                     pyvalue::to_str(expr)
                 );
-                CheckResult::default()
+                None
             }
         }
     }
 
     /// `_check_glob_minions` via `Key.glob_match`: the pattern is comma-split.
-    fn glob(&self, expr: &Value) -> Result<Vec<&'a str>, Raised> {
+    fn glob(&self, expr: &Value) -> Result<Vec<&'u str>, Raised> {
         let patterns: Vec<&str> = match expr {
             Value::Array(items) => {
                 let mut patterns = Vec::with_capacity(items.len());
@@ -216,24 +306,23 @@ impl<'a> CkMinions<'a> {
         let globs: Vec<fnmatch::Pattern> =
             patterns.iter().map(|p| fnmatch::Pattern::new(p)).collect();
         Ok(self
-            .accepted
+            .ids
             .iter()
             .filter(|id| globs.iter().any(|g| g.matches(id)))
-            .map(String::as_str)
             .collect())
     }
 
     /// `_check_pcre_minions`: `re.match` over accepted ids.
-    fn pcre(&self, expr: &Value) -> Result<Vec<&'a str>, Raised> {
+    fn pcre(&self, expr: &Value) -> Result<Vec<&'u str>, Raised> {
         let pattern = pyvalue::text(expr).ok_or(Raised)?;
-        let regex = self.regexes.get(pattern, Anchor::Match).map_err(|err| {
+        let regex = self.ck.regexes.get(pattern, Anchor::Match).map_err(|err| {
             tracing::error!("{}", err);
             Raised
         })?;
         let mut out = Vec::new();
-        for id in self.accepted {
+        for id in self.ids.iter() {
             match regex.is_match(id) {
-                Ok(true) => out.push(id.as_str()),
+                Ok(true) => out.push(id),
                 Ok(false) => {}
                 Err(err) => {
                     tracing::error!("{}", err);
@@ -245,8 +334,9 @@ impl<'a> CkMinions<'a> {
     }
 
     /// `_check_list_minions`: a string is split on commas (empty items dropped, no
-    /// stripping); listed ids without an accepted key are `missing`.
-    fn list(&self, expr: &Value, ignore_missing: bool) -> Result<Part<'a>, Raised> {
+    /// stripping); listed ids without an accepted key are `missing` (not computed over
+    /// candidates).
+    fn list(&self, expr: &Value, ignore_missing: bool) -> Result<Part<'u>, Raised> {
         // Each listed name, and whether it is a `str` (only strings can be accepted ids).
         let names: Vec<(Cow<'_, str>, bool)> = match expr {
             Value::Array(items) => items
@@ -263,9 +353,26 @@ impl<'a> CkMinions<'a> {
                 .map(|n| (Cow::Borrowed(n), true))
                 .collect(),
         };
+        let accepted = match self.ids {
+            Universe::Accepted(accepted) => accepted,
+            Universe::Among(candidates) => {
+                // Only strings can be ids; one pass over the candidates.
+                let listed: HashSet<&str> = names
+                    .iter()
+                    .filter(|(_, is_text)| *is_text)
+                    .map(|(name, _)| name.as_ref())
+                    .collect();
+                let minions = candidates
+                    .iter()
+                    .map(String::as_str)
+                    .filter(|id| listed.contains(id))
+                    .collect();
+                return Ok(Part::of(minions));
+            }
+        };
         let mut part = Part::default();
         for (name, is_text) in names {
-            match self.accepted.get(name.as_ref()).filter(|_| is_text) {
+            match accepted.get(name.as_ref()).filter(|_| is_text) {
                 Some(id) => part.minions.push(id.as_str()),
                 None if !ignore_missing => part.missing.push(name.into_owned()),
                 None => {}
@@ -274,15 +381,16 @@ impl<'a> CkMinions<'a> {
         Ok(part)
     }
 
-    /// The candidates of a cache-based engine: every accepted id when greedy, else the
-    /// accepted ids the grains cache lists; `None` when there are none to consider.
-    fn candidates(&self, greedy: bool) -> Option<Box<dyn Iterator<Item = &'a str> + 'a>> {
-        let accepted = self.accepted.iter().map(String::as_str);
-        if greedy {
-            Some(Box::new(accepted))
-        } else if self.minion_data_cache {
-            let cache = self.cache;
-            Some(Box::new(accepted.filter(move |id| cache.has_grains(id))))
+    /// The candidates of a cache-based engine: every id considered when greedy, else
+    /// those the grains cache lists; `None` when there are none to consider.
+    fn candidates(&self, greedy: bool) -> Option<impl Iterator<Item = &'u str> + '_> {
+        let cache = self.ck.cache;
+        if greedy || self.ck.minion_data_cache {
+            Some(
+                self.ids
+                    .iter()
+                    .filter(move |id| greedy || cache.has_grains(id)),
+            )
         } else {
             None
         }
@@ -296,20 +404,20 @@ impl<'a> CkMinions<'a> {
         greedy: bool,
         bank: Bank,
         mode: MatchMode,
-    ) -> Result<Part<'a>, Raised> {
+    ) -> Result<Part<'u>, Raised> {
         let Some(candidates) = self.candidates(greedy) else {
             return Ok(Part::default());
         };
-        if !self.minion_data_cache {
+        if !self.ck.minion_data_cache {
             return Ok(Part::of(candidates.collect()));
         }
         let mut matcher: Option<SubdictMatcher<'_>> = None;
         let mut out = Vec::new();
         for id in candidates {
-            if !self.cache.has_grains(id) {
+            if !self.ck.cache.has_grains(id) {
                 continue;
             }
-            let Some(data) = self.cache.fetch(bank, id) else {
+            let Some(data) = self.ck.cache.fetch(bank, id) else {
                 continue;
             };
             let matcher = match &matcher {
@@ -320,7 +428,7 @@ impl<'a> CkMinions<'a> {
                     if delimiter.is_empty() {
                         return Err(Raised);
                     }
-                    matcher.insert(SubdictMatcher::new(text, delimiter, mode, self.regexes))
+                    matcher.insert(SubdictMatcher::new(text, delimiter, mode, self.ck.regexes))
                 }
             };
             if matcher.matches(&data) {
@@ -331,11 +439,11 @@ impl<'a> CkMinions<'a> {
     }
 
     /// `_check_ipcidr_minions`: minions without cached grains are kept (when greedy).
-    fn ipcidr(&self, expr: &Value, greedy: bool) -> Result<Vec<&'a str>, Raised> {
+    fn ipcidr(&self, expr: &Value, greedy: bool) -> Result<Vec<&'u str>, Raised> {
         let Some(candidates) = self.candidates(greedy) else {
             return Ok(Vec::new());
         };
-        if !self.minion_data_cache {
+        if !self.ck.minion_data_cache {
             return Ok(candidates.collect());
         }
         let Some(target) = IpTarget::parse(expr) else {
@@ -344,11 +452,11 @@ impl<'a> CkMinions<'a> {
         };
         let mut out = Vec::new();
         for id in candidates {
-            if !self.cache.has_grains(id) {
+            if !self.ck.cache.has_grains(id) {
                 out.push(id);
                 continue;
             }
-            let keep = match self.cache.fetch(Bank::Grains, id) {
+            let keep = match self.ck.cache.fetch(Bank::Grains, id) {
                 None => greedy,
                 Some(grains) => target.matches_grains(&grains).map_err(|_| Raised)?,
             };
@@ -360,18 +468,18 @@ impl<'a> CkMinions<'a> {
     }
 
     /// `_check_nodegroup_minions`.
-    fn nodegroup(&self, expr: &Value, greedy: bool) -> Result<Part<'a>, Raised> {
+    fn nodegroup(&self, expr: &Value, greedy: bool) -> Result<Part<'u>, Raised> {
         let name = pyvalue::to_str(expr);
         let empty = Value::Map(Vec::new());
-        let words = nodegroup_comp(&name, self.nodegroups.unwrap_or(&empty));
+        let words = nodegroup_comp(&name, self.ck.nodegroups.unwrap_or(&empty));
         let words: Vec<Value> = words.into_iter().map(Value::from).collect();
         self.compound(&Value::Array(words), greedy, false)
     }
 
     /// `_check_compound_minions`: each engine is evaluated on its own, then the words
-    /// become set algebra over the accepted ids.
-    fn compound(&self, expr: &Value, greedy: bool, pillar_exact: bool) -> Result<Part<'a>, Raised> {
-        if !self.minion_data_cache {
+    /// become set algebra over the ids considered.
+    fn compound(&self, expr: &Value, greedy: bool, pillar_exact: bool) -> Result<Part<'u>, Raised> {
+        if !self.ck.minion_data_cache {
             // Salt returns `list(minions)` with `minions=None`: a TypeError.
             return Err(Raised);
         }
@@ -394,9 +502,9 @@ impl<'a> CkMinions<'a> {
         words.reverse();
         let shown = pyvalue::to_str(expr);
         let empty = Value::Map(Vec::new());
-        let nodegroups = self.nodegroups.unwrap_or(&empty);
+        let nodegroups = self.ck.nodegroups.unwrap_or(&empty);
 
-        let mut results: Vec<SetTok<'a>> = Vec::new();
+        let mut results: Vec<SetTok<'u>> = Vec::new();
         // Open parentheses: `(` for a group, `-` for a pending `not`.
         let mut unmatched: Vec<char> = Vec::new();
         let mut missing: Vec<String> = Vec::new();
@@ -544,13 +652,8 @@ impl<'a> CkMinions<'a> {
             );
         }
 
-        let accepted = self.accepted;
-        let all = move || {
-            accepted
-                .iter()
-                .map(String::as_str)
-                .collect::<BTreeSet<&'a str>>()
-        };
+        let ids = self.ids;
+        let all = move || ids.iter().collect::<BTreeSet<&'u str>>();
         match compound::eval_sets(&results, &all) {
             Some(minions) => Ok(Part {
                 minions: minions.into_iter().collect(),
@@ -1100,6 +1203,76 @@ mod tests {
             .collect()
     }
 
+    /// Over every subset of the fixture's accepted ids as candidates, `check_among` gives
+    /// `check_minions` restricted to the candidates, for every case of `cases`.
+    fn among_disagreements(cases: &[Case], minion_data_cache: bool) -> Vec<String> {
+        let fx = Fixture::load();
+        let regexes = RegexCache::default();
+        let ck = CkMinions {
+            accepted: &fx.accepted,
+            cache: &fx,
+            regexes: &regexes,
+            minion_data_cache,
+            nodegroups: Some(&fx.nodegroups),
+        };
+        let ids: Vec<&String> = fx.accepted.iter().collect();
+        let mut failures = Vec::new();
+        for &(tgt, tgt_type, delimiter, greedy, _, _) in cases {
+            let tgt = json(tgt);
+            let all = ck.check_minions(&tgt, tgt_type, delimiter, greedy).minions;
+            for mask in 0..1u32 << ids.len() {
+                // Reversed, so the candidates' order is not the accepted set's.
+                let candidates: Vec<String> = (0..ids.len())
+                    .rev()
+                    .filter(|i| mask & (1 << i) != 0)
+                    .filter_map(|i| ids.get(i).map(|id| (*id).clone()))
+                    .collect();
+                let mut got = ck.check_among(&tgt, tgt_type, delimiter, greedy, &candidates);
+                got.sort_unstable();
+                let mut want: Vec<&str> = all
+                    .iter()
+                    .copied()
+                    .filter(|id| candidates.iter().any(|c| c == id))
+                    .collect();
+                want.sort_unstable();
+                if got != want {
+                    failures.push(format!(
+                        "{tgt} {tgt_type} among {candidates:?}: got {got:?}, want {want:?}"
+                    ));
+                }
+            }
+        }
+        failures
+    }
+
+    #[test]
+    fn check_among_is_check_minions_restricted_to_the_candidates() {
+        let mut failures = among_disagreements(MASTER_CASES, true);
+        failures.extend(among_disagreements(MASTER_CASES_WITHOUT_DATA_CACHE, false));
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
+
+    #[test]
+    fn check_among_answers_with_the_candidates_strings() {
+        let fx = Fixture::load();
+        let regexes = RegexCache::default();
+        let ck = CkMinions {
+            accepted: &fx.accepted,
+            cache: &fx,
+            regexes: &regexes,
+            minion_data_cache: true,
+            nodegroups: None,
+        };
+        let candidates = ["web2".to_owned(), "db1".to_owned()];
+        for (tgt, tgt_type) in [("web2,db1", "list"), ("*", "glob"), ("not L@x", "compound")] {
+            let got = ck.check_among(&Value::from(tgt), tgt_type, ":", true, &candidates);
+            assert_eq!(got.len(), 2, "{tgt}");
+            for id in got {
+                assert!(candidates.iter().any(|c| std::ptr::eq(c.as_str(), id)));
+            }
+        }
+    }
+
     #[test]
     fn expectations_agree_with_salt() {
         let failures = disagreements(MASTER_CASES, true);
@@ -1371,5 +1544,26 @@ mod tests {
         };
         let r = ck.check_minions(&Value::from(r"(a*)*\1b"), "pcre", ":", true);
         assert!(r.minions.is_empty());
+    }
+
+    #[test]
+    fn check_among_fails_only_on_a_candidate_that_fails_the_engine() {
+        let long = "a".repeat(5000);
+        let accepted: BTreeSet<String> = [long.clone(), "b".to_owned()].into_iter().collect();
+        let regexes = RegexCache::default();
+        let ck = CkMinions {
+            accepted: &accepted,
+            cache: &EmptyCache,
+            regexes: &regexes,
+            minion_data_cache: true,
+            nodegroups: None,
+        };
+        let tgt = Value::from(r"E@(a*)*\1b or b");
+        let only_b = ["b".to_owned()];
+        assert_eq!(ck.check_among(&tgt, "compound", ":", true, &only_b), ["b"]);
+        let both = [long, "b".to_owned()];
+        assert!(ck
+            .check_among(&tgt, "compound", ":", true, &both)
+            .is_empty());
     }
 }

@@ -45,4 +45,5 @@ pub use starters::{
 };
 pub use users::{
     open_to_local_users, root_command, runnable_by_all, running_as_root, sudo_command, LocalUser,
+    ThrowawayUser,
 };

@@ -9,10 +9,12 @@
 //! runs as that user; [`open_to_local_users`] makes a root's directory traversable by them;
 //! [`LocalUser::home_in`] gives each user a home of its own inside the root;
 //! [`sudo_command`] runs a program as root the way `sudo` leaves it (`SUDO_USER` set), and
-//! [`root_command`] as plain root.
+//! [`root_command`] as plain root. [`ThrowawayUser`] is a user of one test, with a
+//! password (for PAM), that the test may lock or expire and that is deleted when dropped.
 //!
-//! What it does not do: delete users (they are harmless, no login, and other test
-//! processes may be using them), change a user that exists already, or skip anything:
+//! What it does not do: delete the users [`LocalUser::ensure`] makes (they are harmless, no
+//! login, and other test processes may be using them), change a user that exists already,
+//! or skip anything:
 //! [`running_as_root`] only answers the question, the test decides (and says why it
 //! returns early).
 //!
@@ -29,9 +31,10 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use crate::process::run_command;
+use crate::process::{run_command, run_command_with_input};
 use crate::root::TempRoot;
 
 /// Lock file serialising `useradd` between threads and test processes.
@@ -197,6 +200,135 @@ impl LocalUser {
             crate::paths::SALT_VENV_ENV,
         );
     }
+}
+
+/// A local user made for one test, with a password, deleted (with its group) when dropped.
+///
+/// Its name is `<prefix><pid>x<n>`, unique to the test process; it is a system user with a
+/// group of its own, no home directory and no login shell, made, changed and deleted under
+/// the same lock as [`LocalUser::ensure`]. A test process that is killed leaves it behind
+/// (`userdel` it by hand).
+#[derive(Debug)]
+pub struct ThrowawayUser {
+    name: String,
+}
+
+impl ThrowawayUser {
+    /// Creates a fresh user whose password is `password`.
+    ///
+    /// # Panics
+    /// When not running as root, when the name would not be a plain user name (keep
+    /// `prefix` short, lowercase), when `password` contains `:` or a newline, or when
+    /// `useradd` or `chpasswd` fails.
+    pub fn create(prefix: &str, password: &str) -> ThrowawayUser {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        assert!(running_as_root(), "creating user {prefix}… needs root");
+        let name = format!(
+            "{prefix}{}x{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        check_name(&name);
+        {
+            let _lock = lock_useradd();
+            let mut cmd = Command::new("useradd");
+            cmd.args([
+                "--system",
+                "--user-group",
+                "--no-create-home",
+                "--home-dir",
+                "/nonexistent",
+                "--shell",
+                "/usr/sbin/nologin",
+                "--comment",
+                "halite throwaway test user",
+                &name,
+            ]);
+            check_admin_tool("useradd", &run_command(cmd, Duration::from_secs(60)));
+        }
+        let user = ThrowawayUser { name };
+        user.set_password(password);
+        user
+    }
+
+    /// The user's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Sets the password (`chpasswd`).
+    ///
+    /// # Panics
+    /// When `password` contains `:` or a newline, or `chpasswd` fails.
+    pub fn set_password(&self, password: &str) {
+        assert!(
+            !password.contains([':', '\n', '\r']),
+            "chpasswd cannot set a password containing ':' or a newline"
+        );
+        let _lock = lock_useradd();
+        let input = format!("{}:{password}\n", self.name);
+        let output = run_command_with_input(
+            Command::new("chpasswd"),
+            input.as_bytes(),
+            Duration::from_secs(60),
+        );
+        check_admin_tool("chpasswd", &output);
+    }
+
+    /// Locks the password (`usermod -L`: the hash gets a `!`, so no password matches).
+    pub fn lock_password(&self) {
+        self.admin("usermod", &["-L"]);
+    }
+
+    /// Removes the password (`passwd -d`: the account has an empty password).
+    pub fn delete_password(&self) {
+        self.admin("passwd", &["-d"]);
+    }
+
+    /// Expires the account (`usermod -e 1`: it expired on 2 January 1970).
+    pub fn expire_account(&self) {
+        self.admin("usermod", &["-e", "1"]);
+    }
+
+    /// Lifts the account's expiry (`usermod -e ''`).
+    pub fn unexpire_account(&self) {
+        self.admin("usermod", &["-e", ""]);
+    }
+
+    /// Runs `tool args… <name>` under the user-database lock.
+    fn admin(&self, tool: &str, args: &[&str]) {
+        let _lock = lock_useradd();
+        let mut cmd = Command::new(tool);
+        cmd.args(args).arg(&self.name);
+        check_admin_tool(tool, &run_command(cmd, Duration::from_secs(60)));
+    }
+}
+
+impl Drop for ThrowawayUser {
+    fn drop(&mut self) {
+        let _lock = lock_useradd();
+        let mut cmd = Command::new("userdel");
+        cmd.arg(&self.name);
+        let output = run_command(cmd, Duration::from_secs(60));
+        if !output.status.success() {
+            eprintln!(
+                "userdel {} failed ({}): {}",
+                self.name,
+                output.status,
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+    }
+}
+
+/// Panics with the tool's stderr unless it succeeded.
+fn check_admin_tool(tool: &str, output: &std::process::Output) {
+    assert!(
+        output.status.success(),
+        "{tool} failed ({}): {}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
 }
 
 /// `program` run as root the way `sudo -u root` by `sudo_user` leaves it: `SUDO_USER` set,
@@ -380,6 +512,25 @@ mod tests {
     #[test]
     fn an_existing_user_is_returned_without_useradd() {
         assert_eq!(LocalUser::ensure("root").uid(), 0);
+    }
+
+    #[test]
+    fn a_throwaway_user_exists_until_dropped() {
+        if !running_as_root() {
+            eprintln!("not root: cannot create users");
+            return;
+        }
+        let user = ThrowawayUser::create("haltk", "pw-1");
+        let name = user.name().to_owned();
+        assert!(name.starts_with("haltk"));
+        let found = LocalUser::lookup(&name).expect("the user exists");
+        user.set_password("pw-2");
+        user.lock_password();
+        user.expire_account();
+        user.unexpire_account();
+        user.delete_password();
+        drop(user);
+        assert_eq!(LocalUser::lookup(&name), None, "{found:?} was deleted");
     }
 
     #[test]

@@ -1,7 +1,6 @@
 //! Shared by the table and fuzz tests: the Salt-generated table, its fixture as a
 //! `halite_target` minion data cache, and running one case under one mode.
 
-use std::collections::BTreeSet;
 use std::fmt;
 
 use halite_acl::{
@@ -28,7 +27,7 @@ pub struct Case {
     pub arg: Value,
     pub tgt: Value,
     pub tgt_type: String,
-    pub minions: Option<BTreeSet<String>>,
+    pub minions: Option<Vec<String>>,
     pub publish_validate: bool,
     pub whitelist: Vec<String>,
     pub form: String,
@@ -160,7 +159,7 @@ fn decide_acl(fixture: &Fixture, case: &Case, matching: Matching) -> Decision {
                     .0
                     .check(&case.id, &req, &ck);
             }
-            req.minions = case.minions.as_ref();
+            req.minions = case.minions.as_deref();
             req.publish_validate = case.publish_validate;
             Acl::parse(&case.config, matching, "acl")
                 .0

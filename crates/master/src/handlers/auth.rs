@@ -1,4 +1,4 @@
-//! `_auth` and `ping`: a minion's sign-in (`AuthFuncs._auth_impl`) and the clear echo.
+//! `_auth`: a minion's sign-in (`AuthFuncs._auth_impl`).
 //!
 //! The decision itself is pure (`halite_proto::auth::decide`); this module reads the stored
 //! key, the `autosign_file`/`autoreject_file` lists, persists what the decision says, signs
@@ -13,10 +13,6 @@ use halite_proto::Value;
 use std::time::SystemTime;
 
 impl Master {
-    pub(crate) fn handle_ping(&self, load: &Value) -> Value {
-        load.clone()
-    }
-
     pub(crate) fn handle_auth(&self, load: &Value) -> Value {
         let req = match AuthRequest::parse(load) {
             Ok(r) => r,

@@ -452,12 +452,32 @@ fn parse_logged<A, W: std::fmt::Display, N: std::fmt::Display>(
 pub(crate) struct AclTargets<'a>(pub(crate) &'a Master);
 
 impl halite_acl::Targets for AclTargets<'_> {
-    fn expand(&self, tgt: &Value, tgt_type: &str) -> std::collections::BTreeSet<String> {
+    fn expand(&self, tgt: &Value, tgt_type: &str) -> Vec<String> {
         self.0
             .expected_minions(tgt, tgt_type, halite_target::DEFAULT_DELIMITER)
             .0
-            .into_iter()
-            .collect()
+    }
+
+    /// The target evaluated over `candidates` only (the request's expected minions), with
+    /// the accepted set and grains `expected_minions` reads.
+    fn first_outside<'c>(
+        &self,
+        tgt: &Value,
+        tgt_type: &str,
+        candidates: &'c [String],
+    ) -> Option<&'c str> {
+        let m = self.0;
+        let ids = m.keys.accepted_ids();
+        let grains = m.grains.read().unwrap_or_else(|e| e.into_inner());
+        let cache = crate::GrainsCache(&grains);
+        let ck = halite_target::CkMinions {
+            accepted: &ids,
+            cache: &cache,
+            regexes: &m.regex,
+            minion_data_cache: m.cfg.minion_data_cache,
+            nodegroups: m.cfg.get("nodegroups"),
+        };
+        halite_acl::Targets::first_outside(&ck, tgt, tgt_type, candidates)
     }
 }
 

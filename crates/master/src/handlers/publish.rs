@@ -7,9 +7,22 @@
 //! the reply: the stock `salt` CLI reads it right after), the publish load built as
 //! `ClearFuncs._prep_pub` builds it, `salt/job/<jid>/publish`, and the signed publish.
 
+use crate::access::{Caller, Refusal};
+use crate::credentials::Credentials;
+use crate::dispatch::{ClearCall, ClearReply};
 use crate::Master;
 use halite_proto::value::{self, map, s};
 use halite_proto::Value;
+
+/// A clear load without the user's key and without the credentials in its `kwargs`: what
+/// is saved with a job and fired on the bus.
+fn without_secrets(load: &mut Value) {
+    value::remove(load, "key");
+    if let Some(mut kwargs) = value::remove(load, "kwargs") {
+        Credentials::strip(&mut kwargs);
+        value::set(load, "kwargs", kwargs);
+    }
+}
 
 /// Who is waiting for a job's returns on the master (see [`crate::watch`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,18 +78,31 @@ impl Published {
 
 impl Master {
     /// The clear `publish` command (`ClearFuncs.publish`): the blacklist on the named user
-    /// (Salt's first check), then the caller is the owner of the presented key (see
-    /// [`crate::access`]), then the blacklist again and `publisher_acl`.
-    pub(crate) fn handle_publish(&self, load: &Value) -> Value {
+    /// (Salt's first check), then the caller: the owner of the presented key, or the
+    /// `external_auth` login or token in `kwargs` (see [`crate::credentials`]), then the
+    /// blacklist again and the caller's ACL.
+    pub(crate) fn handle_publish(&self, call: ClearCall<'_>) -> ClearReply {
+        let load = call.load;
         if let Err(refusal) = self.check_blacklist_first(load) {
-            return self.refuse_publish(load, &refusal);
+            return ClearReply::Send(self.refuse_publish(load, &refusal));
         }
-        let caller = match self.authenticate_caller(load) {
+        let creds = value::get(load, "kwargs").map_or(Credentials::Key, Credentials::of);
+        let owned = load.clone();
+        self.with_caller(
+            load,
+            creds,
+            call.reply_to,
+            Box::new(move |m, caller| m.publish_as(owned, caller)),
+        )
+    }
+
+    /// The rest of a clear `publish` once the caller is known.
+    fn publish_as(&self, mut load: Value, caller: Result<Caller, Refusal>) -> Value {
+        let caller = match caller {
             Ok(c) => c,
-            Err(refusal) => return self.refuse_publish(load, &refusal),
+            Err(refusal) => return self.refuse_publish(&load, &refusal),
         };
-        let mut load = load.clone();
-        value::remove(&mut load, "key");
+        without_secrets(&mut load);
         let claimed = value::get_str(&load, "user").unwrap_or("root").to_owned();
         let tgt = value::get(&load, "tgt").cloned().unwrap_or(s(""));
         let (minions, missing) = self.job_targets(&load);
@@ -93,11 +119,11 @@ impl Master {
     }
 
     /// Salt's refusal reply, and `salt/job/<jid>/error` when the client chose the jid.
-    fn refuse_publish(&self, load: &Value, refusal: &crate::access::Refusal) -> Value {
+    fn refuse_publish(&self, load: &Value, refusal: &Refusal) -> Value {
         let reply = refusal.reply();
         if let Some(jid) = value::get_str(load, "jid").filter(|j| halite_proto::jid::is_jid(j)) {
             let mut data = load.clone();
-            value::remove(&mut data, "key");
+            without_secrets(&mut data);
             if let Some(err) = value::get(&reply, "error") {
                 value::set(&mut data, "error", err.clone());
             }

@@ -7,6 +7,9 @@
 //! at once with `{"tag": "salt/run/<jid>", "jid"}`; the result is the
 //! `salt/run/<jid>/ret` event, as in Salt.
 
+use crate::access::{Caller, Refusal};
+use crate::credentials::{AuthType, Credentials};
+use crate::dispatch::{ClearCall, ClearReply};
 use crate::handlers::publish::WatchFor;
 use crate::Master;
 use halite_proto::value::{self, map, s};
@@ -16,16 +19,61 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
+/// Salt's answer to a refused runner call (`ClearFuncs.runner`): an eauth or token caller
+/// gets `check_authentication`'s error (authentication) or "Authentication failure of type
+/// ... occurred for user ..." (its ACL refused); a key's caller gets Halite's publish
+/// errors (Salt checks no ACL for it).
+fn runner_refusal(creds: &Credentials, caller: Option<&Caller>, refusal: &Refusal) -> Value {
+    let auth = match creds {
+        Credentials::Key => return refusal.reply(),
+        Credentials::Eauth { .. } => AuthType::Eauth,
+        Credentials::Token(_) => AuthType::Token,
+    };
+    let user = match (caller, creds) {
+        (Some(c), _) => c.name().to_owned(),
+        (None, Credentials::Eauth { username, .. }) => username.clone(),
+        (None, _) => {
+            return runner_error(
+                auth.error_name(),
+                &format!(
+                    "Authentication failure of type \"{}\" occurred.",
+                    auth.name()
+                ),
+            )
+        }
+    };
+    runner_error(
+        auth.error_name(),
+        &format!(
+            "Authentication failure of type \"{}\" occurred for user {user}.",
+            auth.name()
+        ),
+    )
+}
+
 /// Most runner jobs running at once.
 pub const MAX_RUNNERS: usize = 64;
 
 impl Master {
     /// The clear `runner` command: `{fun, kwarg: {arg, kwarg} | {name: value...}, key,
-    /// user}`.
-    pub(crate) fn handle_runner(&self, load: &Value) -> Value {
-        let caller = match self.authenticate_caller(load) {
+    /// user}`, or with `eauth`/`username`/`password` or `token` instead of the key.
+    pub(crate) fn handle_runner(&self, call: ClearCall<'_>) -> ClearReply {
+        let load = call.load;
+        let creds = Credentials::of(load);
+        let (owned, c) = (load.clone(), creds.clone());
+        self.with_caller(
+            load,
+            creds,
+            call.reply_to,
+            Box::new(move |m, caller| m.run_as(&owned, &c, caller)),
+        )
+    }
+
+    /// The rest of a clear `runner` once the caller is known.
+    fn run_as(&self, load: &Value, creds: &Credentials, caller: Result<Caller, Refusal>) -> Value {
+        let caller = match caller {
             Ok(c) => c,
-            Err(refusal) => return refusal.reply(),
+            Err(refusal) => return runner_refusal(creds, None, &refusal),
         };
         let Some(fun) = value::get_str(load, "fun") else {
             return runner_error("SaltInvocationError", "Missing fun");
@@ -34,11 +82,11 @@ impl Master {
             .cloned()
             .unwrap_or(Value::Map(vec![]));
         if let Err(refusal) = self.authorize_runner(&caller, fun, &low) {
-            return refusal.reply();
+            return runner_refusal(creds, Some(&caller), &refusal);
         }
         // A sudo caller runs as the master's user, as `ClearFuncs.runner` does.
         let user = match &caller {
-            crate::access::Caller::Root(u) if u.starts_with("sudo_") => self.cfg.user.clone(),
+            Caller::Root(u) if u.starts_with("sudo_") => self.cfg.user.clone(),
             other => other.name().to_owned(),
         };
         let (arg, kwarg) = split_low(&low);
