@@ -1,12 +1,25 @@
 //! `halite`: the `salt` command. Parses Salt's flags, publishes through the master's request
-//! port with the local user's key, prints returns from the master bus as they arrive with
-//! Salt's outputters, and exits with Salt's exit codes.
+//! port, prints returns from the master bus as they arrive with Salt's outputters, and exits
+//! with Salt's exit codes.
+//!
+//! Authentication is `salt`'s: the local user's key by default; a token saved in the
+//! `token_file` while it is younger than `token_expire` (unless this user can read the
+//! master's `.root_key`); `-a/--auth/--eauth/--external-auth <backend>` with
+//! `--username`/`--password` (asked for when missing, the password without echo);
+//! `-T/--make-token` to trade them for a token that is saved (0600) and used by later runs
+//! ([`halite_client::LocalClient::cli_credentials`]). A backend the client does not offer
+//! prints Salt's two lines, then `ERROR: Authentication failed` on stderr, exit 2; what
+//! the master refuses prints `Authentication error occurred.` or `Authorization error
+//! occurred.` through the outputter, exit 0, as `salt` does.
 
 mod event;
 
 use clap::Parser;
 use halite_client::local::JobEvent;
-use halite_client::{LocalClient, PublishRequest};
+use halite_client::{
+    unavailable_message, CliCredentials, CliKind, EauthArgs, LocalClient, PublishRequest,
+    TerminalPrompter,
+};
 use halite_config::{args, MasterConfig};
 use halite_output::{OutputArgs, OutputOptions, Outputter};
 use halite_proto::value::{self, s};
@@ -71,6 +84,8 @@ struct Cli {
     show_jid: bool,
     #[command(flatten)]
     output: OutputArgs,
+    #[command(flatten)]
+    auth: EauthArgs,
     /// Wait for all returns and print them as one document.
     #[arg(short = 's', long = "static")]
     static_: bool,
@@ -289,8 +304,21 @@ fn retcode_of(ret: &Value) -> i64 {
 const NO_RETURN: &str = "Minion did not return. [No response]\nThe minions may not have all finished running and any remaining minions will return upon completion. To look up the return data for this job later, run the following command:\n\nsalt-run jobs.lookup_jid ";
 
 async fn run(cli: &Cli, cfg: &MasterConfig, job: PublishRequest) -> u8 {
-    let client = LocalClient::new(cfg);
+    let mut client = LocalClient::new(cfg);
     let printer = Printer::new(cli, &job.fun);
+    match client
+        .cli_credentials(cfg, &cli.auth, CliKind::Salt, &mut TerminalPrompter)
+        .await
+    {
+        Ok(CliCredentials::Use(creds)) => client.set_credentials(creds),
+        Ok(CliCredentials::Unavailable(eauth)) => {
+            print!("{}", unavailable_message(&eauth));
+            let _ = std::io::stdout().flush();
+            eprintln!("ERROR: Authentication failed");
+            return 2;
+        }
+        Err(e) => return report_client_error(&printer, &e),
+    }
     let timeout = match cli.timeout {
         Some(t) if t > 0 => t as u64,
         _ => cfg.timeout,
@@ -401,6 +429,12 @@ fn report_client_error(printer: &Printer, e: &halite_client::Error) -> u8 {
         }
         E::Timeout | E::Authentication | E::Authorization => {
             printer.print(&s(e.to_string()), None, 0, false);
+            0
+        }
+        // `SaltCMD._run` prints a `SaltInvocationError` or `EauthAuthenticationError` the
+        // same way.
+        E::Master { message, .. } => {
+            printer.print(&s(message.clone()), None, 0, false);
             0
         }
         other => {

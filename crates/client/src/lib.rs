@@ -1,20 +1,35 @@
-//! Talking to a master as a local client, the way Salt's `LocalClient` and
-//! `RunnerClient.master_call` do: a clear `publish` or `runner` command on the request port
-//! authenticated with the local user's key from `cachedir` (`user` as Salt's
-//! `get_specific_user`), and job returns or runner events read from the master's event bus.
-//! It works against a Halite master and a stock salt-master alike.
+//! Talking to a master as a local client, the way Salt's `LocalClient`,
+//! `RunnerClient.master_call` and `salt.auth.Resolver` do: a clear `publish` or `runner`
+//! command on the request port, and job returns or runner events read from the master's
+//! event bus. It works against a Halite master and a stock salt-master alike.
 //!
-//! What it does not do: print anything (the CLIs format results), decide exit codes, or
-//! eauth/tokens (only the local user's key).
+//! Requests are authenticated with [`Credentials`]: by default the local user's key from
+//! `cachedir` (`user` as Salt's `get_specific_user`); or external authentication
+//! (`eauth`, `username`, `password`) or an eauth token, in the load where Salt's clients
+//! put them ([`auth`]). [`LocalClient::mk_token`] and [`LocalClient::get_token`] ask the
+//! master for a token and about one; [`TokenFile`] is the CLIs' saved token
+//! ([`token`]); [`LocalClient::cli_credentials`] is the `-a`/`-T` logic `salt` and
+//! `salt-run` share, in Salt's order.
 //!
-//! Invariant: replies and events are untrusted; whatever their shape, decoding them gives
-//! a value or an [`Error`], never a panic.
+//! What it does not do: print results (the CLIs format them) or decide exit codes. The
+//! only terminal I/O is [`TerminalPrompter`]'s, for a CLI that asks for eauth credentials.
+//!
+//! Invariants: replies and events are untrusted; whatever their shape, decoding them gives
+//! a value or an [`Error`], never a panic. Passwords, keys and tokens are never logged
+//! (`Credentials`' `Debug` hides them) and a saved token file is never readable by others.
 
+pub mod auth;
 pub mod local;
 pub mod runner;
+pub mod token;
 
+pub use auth::{
+    resolve_eauth, unavailable_message, CliCredentials, CliKind, Credentials, EauthArgs, Prompter,
+    TerminalPrompter, EAUTH_BACKENDS,
+};
 pub use local::{specific_user, JobEvent, LocalClient, PublishReply, PublishRequest};
 pub use runner::{RunEvent, RunnerJob, RunnerRequest};
+pub use token::{default_token_file, root_key, TokenFile, DEFAULT_TOKEN_EXPIRE};
 
 /// Why a client operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -31,7 +46,9 @@ pub enum Error {
     /// The master refused the operation.
     #[error("Authorization error occurred.")]
     Authorization,
-    /// The master answered with an error of its own (`{"error": {"name", "message"}}`).
+    /// The master answered with an error of its own (`{"error": {"name", "message"}}`),
+    /// e.g. a refused runner call: `EauthAuthenticationError`, 'Authentication failure
+    /// of type "eauth" occurred for user alice.'.
     #[error("{message}")]
     Master {
         /// The Python exception name.
@@ -48,4 +65,28 @@ pub enum Error {
     /// Event bus failure.
     #[error(transparent)]
     Bus(#[from] halite_bus::Error),
+}
+
+impl Error {
+    /// Whether the master refused the credentials: [`Error::Authentication`], or a master
+    /// error named `AuthenticationError` or `*AuthenticationError`
+    /// (`UserAuthenticationError`, `EauthAuthenticationError`,
+    /// `TokenAuthenticationError`).
+    pub fn is_authentication(&self) -> bool {
+        match self {
+            Error::Authentication => true,
+            Error::Master { name, .. } => name.ends_with("AuthenticationError"),
+            _ => false,
+        }
+    }
+
+    /// Whether the master refused the operation: [`Error::Authorization`], or a master
+    /// error named `AuthorizationError`.
+    pub fn is_authorization(&self) -> bool {
+        match self {
+            Error::Authorization => true,
+            Error::Master { name, .. } => name == "AuthorizationError",
+            _ => false,
+        }
+    }
 }

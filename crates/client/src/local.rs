@@ -1,5 +1,6 @@
 //! `LocalClient`: publish a job and follow its returns on the master bus.
 
+use crate::auth::Credentials;
 use crate::Error;
 use halite_bus::{BusAddr, BusClient, BusSockets, Listener};
 use halite_config::MasterConfig;
@@ -55,7 +56,9 @@ pub enum JobEvent {
 /// A client of one master, configured from its master config.
 pub struct LocalClient {
     endpoint: String,
-    key: String,
+    /// The local user's key (`""` when unreadable): every publish load's own `key`.
+    user_key: String,
+    credentials: Credentials,
     user: String,
     bus: BusAddr,
     max_event_size: usize,
@@ -76,7 +79,8 @@ pub fn specific_user() -> String {
 
 impl LocalClient {
     /// A client for the master described by `cfg`, reading the user's key like
-    /// `LocalClient.__read_master_key` (an unreadable key file gives an empty key).
+    /// `LocalClient.__read_master_key` (an unreadable key file gives an empty key) and
+    /// authenticating with it ([`Credentials::Key`]) until told otherwise.
     pub fn new(cfg: &MasterConfig) -> Self {
         let user = specific_user();
         let key_user = if (user == "root" && cfg.user != "root") || user.starts_with("sudo_") {
@@ -95,7 +99,8 @@ impl LocalClient {
         let bus = BusSockets::master(&cfg.sock_dir).pub_addr;
         Self {
             endpoint: format!("tcp://{host}:{}", cfg.ret_port),
-            key,
+            credentials: Credentials::Key(key.clone()),
+            user_key: key,
             user,
             bus,
             max_event_size: cfg.max_event_size as usize,
@@ -103,36 +108,26 @@ impl LocalClient {
         }
     }
 
+    /// Authenticates every later request with `credentials`.
+    pub fn set_credentials(&mut self, credentials: Credentials) {
+        self.credentials = credentials;
+    }
+
+    /// The credentials requests are sent with.
+    pub fn credentials(&self) -> &Credentials {
+        &self.credentials
+    }
+
     /// Connects to the master bus, listening to every job event.
     pub async fn listen_jobs(&self) -> Result<Listener, Error> {
         self.listen_prefix("salt/job/").await
     }
 
-    /// Sends a publish request and returns the master's reply.
+    /// Sends a publish request and returns the master's reply. The load is
+    /// [`publish_load`] with this client's credentials.
     pub async fn publish(&self, req: &PublishRequest) -> Result<PublishReply, Error> {
-        let mut load = vec![
-            (s("cmd"), s("publish")),
-            (s("tgt"), req.tgt.clone()),
-            (s("fun"), req.fun.clone()),
-            (s("arg"), req.arg.clone()),
-            (s("key"), s(self.key.clone())),
-            (s("tgt_type"), s(req.tgt_type.clone())),
-            (s("ret"), s(req.ret.clone())),
-            (s("jid"), s("")),
-        ];
-        if !req.kwargs.is_empty() {
-            load.push((
-                s("kwargs"),
-                Value::Map(
-                    req.kwargs
-                        .iter()
-                        .map(|(k, v)| (s(k.clone()), v.clone()))
-                        .collect(),
-                ),
-            ));
-        }
-        load.push((s("user"), s(self.user.clone())));
-        parse_publish_reply(&self.send_clear(Value::Map(load)).await?)
+        let load = publish_load(req, &self.user_key, &self.credentials, &self.user);
+        parse_publish_reply(&self.send_clear(load).await?)
     }
 
     /// Sends one clear load on the request port (`{"enc": "clear", "load": ..., "version": 3}`,
@@ -155,11 +150,6 @@ impl LocalClient {
             Err(e) => return Err(e.into()),
         };
         value::decode(&reply).map_err(|e| Error::BadReply(e.to_string()))
-    }
-
-    /// The user's key read from `cachedir` (empty when unreadable).
-    pub(crate) fn key(&self) -> &str {
-        &self.key
     }
 
     /// The `user` sent with every load ([`specific_user`]).
@@ -282,6 +272,44 @@ impl LocalClient {
     }
 }
 
+/// The clear `publish` load of `LocalClient._prep_pub`: `cmd`, `tgt`, `fun`, `arg`, the
+/// user's `key`, `tgt_type`, `ret`, `jid`, then `kwargs` (the request's options followed
+/// by the credentials' entries, [`Credentials::publish_kwargs`]; left out when empty) and
+/// `user`. A [`Credentials::Key`] is the load's `key`; with other credentials the `key`
+/// is still the user's, as Salt sends it.
+pub fn publish_load(
+    req: &PublishRequest,
+    user_key: &str,
+    credentials: &Credentials,
+    user: &str,
+) -> Value {
+    let key = match credentials {
+        Credentials::Key(k) => k.as_str(),
+        _ => user_key,
+    };
+    let mut load = vec![
+        (s("cmd"), s("publish")),
+        (s("tgt"), req.tgt.clone()),
+        (s("fun"), req.fun.clone()),
+        (s("arg"), req.arg.clone()),
+        (s("key"), s(key)),
+        (s("tgt_type"), s(req.tgt_type.clone())),
+        (s("ret"), s(req.ret.clone())),
+        (s("jid"), s("")),
+    ];
+    let mut kwargs: Vec<(Value, Value)> = req
+        .kwargs
+        .iter()
+        .map(|(k, v)| (s(k.clone()), v.clone()))
+        .collect();
+    kwargs.extend(credentials.publish_kwargs());
+    if !kwargs.is_empty() {
+        load.push((s("kwargs"), Value::Map(kwargs)));
+    }
+    load.push((s("user"), s(user)));
+    Value::Map(load)
+}
+
 fn names(v: Option<&Value>) -> Vec<String> {
     match v {
         Some(Value::Array(a)) => a
@@ -319,4 +347,66 @@ pub fn parse_publish_reply(reply: &Value) -> Result<PublishReply, Error> {
         missing: names(value::get(load, "missing")),
         error: value::get_str(load, "error").map(str::to_owned),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use halite_proto::value::map;
+
+    fn ping() -> PublishRequest {
+        PublishRequest {
+            tgt: s("*"),
+            tgt_type: "glob".into(),
+            fun: s("test.ping"),
+            arg: Value::Array(vec![]),
+            ret: String::new(),
+            kwargs: vec![],
+        }
+    }
+
+    #[test]
+    fn publish_load_with_the_users_key_has_no_kwargs() {
+        let load = publish_load(&ping(), "UK", &Credentials::Key("UK".into()), "fred");
+        assert_eq!(
+            load,
+            map([
+                ("cmd", s("publish")),
+                ("tgt", s("*")),
+                ("fun", s("test.ping")),
+                ("arg", Value::Array(vec![])),
+                ("key", s("UK")),
+                ("tgt_type", s("glob")),
+                ("ret", s("")),
+                ("jid", s("")),
+                ("user", s("fred")),
+            ])
+        );
+    }
+
+    #[test]
+    fn publish_load_carries_eauth_and_tokens_in_kwargs_beside_the_users_key() {
+        let mut req = ping();
+        req.kwargs = vec![("delimiter".into(), s("|"))];
+        let creds = Credentials::Eauth {
+            eauth: "file".into(),
+            username: "alice".into(),
+            password: "pw".into(),
+        };
+        let load = publish_load(&req, "UK", &creds, "fred");
+        assert_eq!(value::get_str(&load, "key"), Some("UK"));
+        assert_eq!(value::get_str(&load, "user"), Some("fred"));
+        assert_eq!(
+            value::get(&load, "kwargs"),
+            Some(&map([
+                ("delimiter", s("|")),
+                ("username", s("alice")),
+                ("password", s("pw")),
+                ("eauth", s("file")),
+            ]))
+        );
+        let load = publish_load(&ping(), "", &Credentials::Token("T".into()), "eve");
+        assert_eq!(value::get_str(&load, "key"), Some(""));
+        assert_eq!(value::get(&load, "kwargs"), Some(&map([("token", s("T"))])));
+    }
 }

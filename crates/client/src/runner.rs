@@ -13,6 +13,7 @@
 //! (`ignore_invalid=True`); a client without the Python signature cannot, so every keyword
 //! argument is sent and an unexpected one makes the runner report Python's `TypeError`.
 
+use crate::auth::Credentials;
 use crate::local::LocalClient;
 use crate::Error;
 use halite_bus::Listener;
@@ -99,9 +100,11 @@ impl RunnerRequest {
     }
 }
 
-/// The clear load of a runner call authenticated with a local user's `key`.
-pub fn runner_load(req: &RunnerRequest, key: &str, user: &str) -> Value {
-    Value::Map(vec![
+/// The clear load of a runner call: `fun`, `kwarg`, the credentials'
+/// [`Credentials::runner_fields`] (`user` and `key` for a key; the eauth fields or
+/// `token`, without `user`, as `RunnerClient.master_call` sends them), then `cmd`.
+pub fn runner_load(req: &RunnerRequest, credentials: &Credentials, user: &str) -> Value {
+    let mut load = vec![
         (s("fun"), s(req.fun.clone())),
         (
             s("kwarg"),
@@ -110,10 +113,10 @@ pub fn runner_load(req: &RunnerRequest, key: &str, user: &str) -> Value {
                 (s("arg"), Value::Array(req.arg.clone())),
             ]),
         ),
-        (s("user"), s(user)),
-        (s("key"), s(key)),
-        (s("cmd"), s("runner")),
-    ])
+    ];
+    load.extend(credentials.runner_fields(user));
+    load.push((s("cmd"), s("runner")));
+    Value::Map(load)
 }
 
 /// The master's answer to a runner call: where the run's events will be.
@@ -125,24 +128,17 @@ pub struct RunnerJob {
     pub tag: String,
 }
 
-/// Reads `{"tag", "jid"}` or `{"error": {"name", "message"}}`: names ending in
-/// `AuthenticationError` (`UserAuthenticationError`, `EauthAuthenticationError`, ...) are
-/// [`Error::Authentication`], `AuthorizationError` is [`Error::Authorization`], any other
-/// is [`Error::Master`] with the master's message.
+/// Reads `{"tag", "jid"}` or `{"error": {"name", "message"}}`; an error is
+/// [`Error::Master`] with the master's name and message (`EauthAuthenticationError`,
+/// 'Authentication failure of type "eauth" occurred for user alice.'), whatever the
+/// name: [`Error::is_authentication`] and [`Error::is_authorization`] classify it.
 pub fn parse_runner_reply(reply: &Value) -> Result<RunnerJob, Error> {
     if let Some(err) = value::get(reply, "error") {
-        let name = value::get_str(err, "name").unwrap_or("");
-        return Err(if name.ends_with("AuthenticationError") {
-            Error::Authentication
-        } else if name == "AuthorizationError" {
-            Error::Authorization
-        } else {
-            Error::Master {
-                name: name.to_owned(),
-                message: value::get_str(err, "message")
-                    .map(str::to_owned)
-                    .unwrap_or_else(|| format!("{err}")),
-            }
+        return Err(Error::Master {
+            name: value::get_str(err, "name").unwrap_or("").to_owned(),
+            message: value::get_str(err, "message")
+                .map(str::to_owned)
+                .unwrap_or_else(|| format!("{err}")),
         });
     }
     let jid = value::get_str(reply, "jid")
@@ -197,7 +193,7 @@ impl LocalClient {
 
     /// Sends a runner call and returns where its events will be.
     pub async fn runner(&self, req: &RunnerRequest) -> Result<RunnerJob, Error> {
-        let load = runner_load(req, self.key(), self.user());
+        let load = runner_load(req, self.credentials(), self.user());
         parse_runner_reply(&self.send_clear(load).await?)
     }
 
@@ -300,7 +296,7 @@ mod tests {
     #[test]
     fn runner_load_has_the_shape_of_salts_master_call() {
         let req = RunnerRequest::bind("manage.up", &[s("x"), kw(&[("tgt", s("w*"))])]);
-        let load = runner_load(&req, "KEY", "sudo_alice");
+        let load = runner_load(&req, &Credentials::Key("KEY".into()), "sudo_alice");
         assert_eq!(
             load,
             map([
@@ -314,6 +310,37 @@ mod tests {
                 ),
                 ("user", s("sudo_alice")),
                 ("key", s("KEY")),
+                ("cmd", s("runner")),
+            ])
+        );
+    }
+
+    #[test]
+    fn eauth_and_token_runner_loads_carry_the_credentials_at_the_top_without_user() {
+        let req = RunnerRequest::bind("manage.up", &[]);
+        let kwarg = map([("kwarg", Value::Map(vec![])), ("arg", Value::Array(vec![]))]);
+        let creds = Credentials::Eauth {
+            eauth: "pam".into(),
+            username: "bob".into(),
+            password: "pw".into(),
+        };
+        assert_eq!(
+            runner_load(&req, &creds, "root"),
+            map([
+                ("fun", s("manage.up")),
+                ("kwarg", kwarg.clone()),
+                ("username", s("bob")),
+                ("password", s("pw")),
+                ("eauth", s("pam")),
+                ("cmd", s("runner")),
+            ])
+        );
+        assert_eq!(
+            runner_load(&req, &Credentials::Token("T".into()), "root"),
+            map([
+                ("fun", s("manage.up")),
+                ("kwarg", kwarg),
+                ("token", s("T")),
                 ("cmd", s("runner")),
             ])
         );
@@ -342,18 +369,13 @@ mod tests {
             "EauthAuthenticationError",
             "TokenAuthenticationError",
         ] {
-            assert!(matches!(
-                parse_runner_reply(&err(
-                    name,
-                    "Authentication failure of type \"user\" occurred"
-                )),
-                Err(Error::Authentication)
-            ));
+            let message = "Authentication failure of type \"eauth\" occurred for user alice.";
+            let e = parse_runner_reply(&err(name, message)).unwrap_err();
+            assert!(e.is_authentication() && !e.is_authorization(), "{name}");
+            assert_eq!(e.to_string(), message);
         }
-        assert!(matches!(
-            parse_runner_reply(&err("AuthorizationError", "no")),
-            Err(Error::Authorization)
-        ));
+        let e = parse_runner_reply(&err("AuthorizationError", "no")).unwrap_err();
+        assert!(e.is_authorization() && !e.is_authentication());
         let e =
             parse_runner_reply(&err("SaltInvocationError", "'x.y' is not available.")).unwrap_err();
         assert_eq!(e.to_string(), "'x.y' is not available.");

@@ -18,7 +18,16 @@
 //! prints what stock prints for the same events and fires the runner's own `salt/run/<jid>/new`
 //! and `salt/run/<jid>/ret` events and writes its `cachedir/proc/<jid>` file.
 //!
-//! What it does not do: eauth (`-a`), `--jid`, `--show-jid`, `--out-file`, `--args-stdin`,
+//! External authentication is `salt-run -a`'s: `-a/--auth/--eauth/--external-auth
+//! <backend>` with `--username`/`--password` (asked for when missing), `-T/--make-token`,
+//! and with `-a` a token saved by an earlier `-T` (unless this user can read the master's
+//! `.root_key`, which is then sent instead); the load carries the credentials as
+//! `RunnerClient.master_call` does, and the run prints as `salt-run -a` prints it (see
+//! `remote`): the return only, the master's refusal (`Authentication failure of type
+//! "eauth" occurred for user alice.`) through the outputter, exit 0. A backend the client
+//! does not offer prints Salt's two lines and `[ERROR   ] Authentication failed`, exit 0.
+//!
+//! What it does not do: `--jid`, `--show-jid`, `--out-file`, `--args-stdin`,
 //! `--skip-grains`, `state.event node=minion`; docs of runners Halite does not implement.
 //!
 //! Deviations from stock `salt-run` (which runs every runner in its own process):
@@ -40,11 +49,11 @@
 //! * What a runner prints itself rather than returns (`manage.status` with no minion
 //!   matched prints "No minions matched the target...") goes to the master's output, as
 //!   with `salt-run -a`.
-//! * Errors talking to the master (unreachable, timed out, authentication refused) print
-//!   Salt's text on stderr and exit 1, as `salt-run` does for a `SaltClientError`; an error
-//!   the master answers prints its message and exits 254.
-//! * SIGINT/SIGTERM end it quietly with exit status 0 (stock prints a traceback); a run
-//!   whose `ret` never arrives waits until then. The run goes on in the master.
+//! * Without `-a`: errors talking to the master (unreachable, timed out, authentication
+//!   refused) print Salt's text on stderr and exit 1, as `salt-run` does for a
+//!   `SaltClientError`; an error the master answers prints its message and exits 254.
+//! * SIGINT/SIGTERM end it quietly with exit status 0 (stock prints a traceback); without
+//!   `-a`, a run whose `ret` never arrives waits until then. The run goes on in the master.
 //! * `state.event`: a bad call prints Python's `TypeError` text without the usage text.
 //!
 //! Invariant: replies and events are untrusted input; nothing in them makes it panic.
@@ -54,6 +63,7 @@ mod remote;
 mod state_event;
 
 use clap::Parser;
+use halite_client::EauthArgs;
 use halite_config::MasterConfig;
 use halite_output::OutputArgs;
 use halite_proto::value::s;
@@ -101,6 +111,8 @@ struct Cli {
     no_parse: Vec<String>,
     #[command(flatten)]
     output: OutputArgs,
+    #[command(flatten)]
+    auth: EauthArgs,
     /// The runner function and its arguments (`key=value` for keyword arguments); options
     /// may come between them, as with `salt-run`.
     #[arg(num_args = 0..)]
@@ -151,6 +163,11 @@ fn main() -> ExitCode {
             halite_daemon::salt_level(&cli.log_level),
             "trace" | "debug" | "info" | "warn"
         ),
+        errors_shown: !matches!(
+            cli.log_level.to_ascii_lowercase().as_str(),
+            "critical" | "quiet"
+        ),
+        auth: &cli.auth,
     };
     ExitCode::from(rt.block_on(remote::run(&cfg, &registry, &printer, call)))
 }

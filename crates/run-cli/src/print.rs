@@ -122,11 +122,13 @@ pub struct Exit {
     pub message: Option<String>,
 }
 
-/// `salt/cli/run.py` on the full return (the `ret` event's data): its `retcode` if it has
-/// one, else the `retcode` of the return when that is a map, else of the return's
-/// `data` map; no `retcode` anywhere exits 0 (`success: false` alone does not change the
-/// exit status). The status is Python's `sys.exit`: an integer modulo 256, `None` 0, a
-/// boolean 0 or 1, anything else 1 after printing it.
+/// `salt/cli/run.py` on what `Runner.run` returned: the full return (the `ret` event's
+/// data) for `salt-run`, what was printed ([`eauth_shown`]'s data) for `salt-run -a`. Its
+/// `retcode` if it has one, else (a map with `return` standing for that return) the
+/// `retcode` of the return when that is a map, else of the return's `data` map; no
+/// `retcode` anywhere exits 0 (`success: false` alone does not change the exit status).
+/// The status is Python's `sys.exit`: an integer modulo 256, `None` 0, a boolean 0 or 1,
+/// anything else 1 after printing it.
 pub fn exit_status(full: &Value) -> Exit {
     let has = |v: &Value| matches!(v, Value::Map(_)) && value::get(v, "retcode").is_some();
     let mut ret = full;
@@ -164,6 +166,33 @@ pub fn exit_status(full: &Value) -> Exit {
         Some(other) => Exit {
             code: 1,
             message: Some(halite_output::py_str(other)),
+        },
+    }
+}
+
+/// What `salt-run -a` shows of a run (`Runner.run` with `cmd_sync`): the `ret` event's
+/// `return` alone, or `D` printed with `X` when the return is exactly
+/// `{"data": D, "outputter": X}`; no other outputter is looked for, and the exit status
+/// is [`exit_status`] of what is shown (the run's own `retcode` is not looked at).
+pub fn eauth_shown(event: &Value) -> Shown {
+    match value::get(event, "return") {
+        Some(ret @ Value::Map(entries)) if is_data_and_outputter(entries) => Shown {
+            data: value::get(ret, "data").cloned().unwrap_or(Value::Nil),
+            outputter: value::get(ret, "outputter").and_then(|o| match o {
+                Value::Nil => None,
+                other => Some(
+                    value::str_of(other)
+                        .map_or_else(|| halite_output::py_str(other), str::to_owned),
+                ),
+            }),
+        },
+        Some(ret) => Shown {
+            data: ret.clone(),
+            outputter: None,
+        },
+        None => Shown {
+            data: Value::Nil,
+            outputter: None,
         },
     }
 }
@@ -293,6 +322,39 @@ mod tests {
     }
 
     #[test]
+    fn eauth_runs_show_the_return_alone_and_exit_by_it() {
+        // The event's own outputter and the return's are not used, nor its retcode.
+        let mut ev = ret_event(map([("outputter", s("yaml")), ("x", Value::from(1))]));
+        value::set(&mut ev, "outputter", s("txt"));
+        value::set(&mut ev, "retcode", Value::from(5));
+        let shown = eauth_shown(&ev);
+        assert_eq!(shown.outputter, None);
+        assert_eq!(
+            shown.data,
+            map([("outputter", s("yaml")), ("x", Value::from(1))])
+        );
+        assert_eq!(exit_status(&shown.data).code, 0);
+        // {"data", "outputter"} is unwrapped, and the exit status read from the data.
+        let ret = map([
+            ("outputter", s("json")),
+            ("data", map([("retcode", Value::from(3))])),
+        ]);
+        let shown = eauth_shown(&ret_event(ret));
+        assert_eq!(shown.outputter.as_deref(), Some("json"));
+        assert_eq!(shown.data, map([("retcode", Value::from(3))]));
+        assert_eq!(exit_status(&shown.data).code, 3);
+        // A return holding `return` and no retcode stands for that return.
+        let nested = map([("return", map([("retcode", Value::from(2))]))]);
+        assert_eq!(exit_status(&nested).code, 2);
+        assert_eq!(
+            exit_status(&map([("data", map([("retcode", Value::from(4))]))])).code,
+            4
+        );
+        assert_eq!(exit_status(&Value::Array(vec![s("m1")])).code, 0);
+        assert_eq!(eauth_shown(&Value::Nil).data, Value::Nil);
+    }
+
+    #[test]
     fn odd_events_never_panic() {
         for ev in [
             Value::Nil,
@@ -308,6 +370,7 @@ mod tests {
             let _ = shown("ret", &ev);
             let _ = shown("progress", &ev);
             let _ = exit_status(&ev);
+            let _ = exit_status(&eauth_shown(&ev).data);
         }
         let ev = map([("return", Value::Nil), ("outputter", Value::from(5))]);
         assert_eq!(shown("ret", &ev).unwrap().outputter.as_deref(), Some("5"));

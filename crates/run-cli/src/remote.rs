@@ -1,8 +1,17 @@
 //! Runners run by the master: the clear `runner` command on the request port, then the
 //! run's events on the master bus (`RunnerClient.cmd_sync` / `cmd_async`).
+//!
+//! With `-a` (`salt-run -a`, `Runner.run`'s eauth branch) the credentials are a saved
+//! token, the root key, or eauth ([`LocalClient::cli_credentials`]) and the run is shown as
+//! `cmd_sync` returns it: only the return (`{"data", "outputter"}` unwrapped), the exit
+//! status from it alone, the master's refusal printed through the outputter with exit 0,
+//! and `RunnerClient job '<jid>' timed out` after `rest_timeout` (300 s) without a return.
 
-use crate::print::{exit_status, Printer};
-use halite_client::{LocalClient, RunEvent, RunnerJob, RunnerRequest};
+use crate::print::{eauth_shown, exit_status, Printer};
+use halite_client::{
+    unavailable_message, CliCredentials, CliKind, EauthArgs, LocalClient, RunEvent, RunnerJob,
+    RunnerRequest, TerminalPrompter,
+};
 use halite_config::MasterConfig;
 use halite_proto::value::{self, s};
 use halite_proto::Value;
@@ -25,7 +34,14 @@ pub struct Call<'a> {
     pub asynchronous: bool,
     /// Whether `-l` lets a warning through (the `--async` notice is one).
     pub warnings_shown: bool,
+    /// Whether `-l` lets an error through.
+    pub errors_shown: bool,
+    /// `-a`, `-T`, `--username`, `--password`.
+    pub auth: &'a EauthArgs,
 }
+
+/// Salt's default `rest_timeout`: how long `salt-run -a` waits for a run's return.
+const DEFAULT_REST_TIMEOUT: u64 = 300;
 
 /// Why a call is refused before anything is sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -113,7 +129,23 @@ pub async fn run(cfg: &MasterConfig, registry: &Registry, printer: &Printer, cal
         return REFUSED;
     }
     apply_timeout(registry, &mut req, call.timeout);
-    let client = LocalClient::new(cfg);
+    let mut client = LocalClient::new(cfg);
+    let eauth = !call.auth.eauth.is_empty();
+    match client
+        .cli_credentials(cfg, call.auth, CliKind::SaltRun, &mut TerminalPrompter)
+        .await
+    {
+        Ok(CliCredentials::Use(creds)) => client.set_credentials(creds),
+        Ok(CliCredentials::Unavailable(name)) => {
+            print!("{}", unavailable_message(&name));
+            let _ = std::io::Write::flush(&mut std::io::stdout());
+            if call.errors_shown {
+                eprintln!("[ERROR   ] Authentication failed");
+            }
+            return 0;
+        }
+        Err(e) => return report(printer, &e, eauth),
+    }
     if call.asynchronous {
         return match client.runner(&req).await {
             Ok(job) => {
@@ -122,17 +154,17 @@ pub async fn run(cfg: &MasterConfig, registry: &Registry, printer: &Printer, cal
                 }
                 0
             }
-            Err(e) => report(printer, &e),
+            Err(e) => report(printer, &e, eauth),
         };
     }
     // Subscribe first, so the run's first events cannot be missed.
     let mut listener = match client.listen_runs().await {
         Ok(l) => l,
-        Err(e) => return report(printer, &e),
+        Err(e) => return report(printer, &e, eauth),
     };
     let job: RunnerJob = match client.runner(&req).await {
         Ok(j) => j,
-        Err(e) => return report(printer, &e),
+        Err(e) => return report(printer, &e, eauth),
     };
     tracing::debug!(jid = %job.jid, "Runner call accepted");
     // A runner Halite does not know may still be the master's; a master that has no such
@@ -140,6 +172,17 @@ pub async fn run(cfg: &MasterConfig, registry: &Registry, printer: &Printer, cal
     // so give it `gather_job_timeout` to start the run.
     let mut start_deadline = (!registry.contains(&req.fun))
         .then(|| tokio::time::Instant::now() + Duration::from_secs(cfg.gather_job_timeout));
+    // `cmd_sync` gives up on the return after `rest_timeout`.
+    let rest_deadline = eauth.then(|| {
+        let secs = cfg
+            .get("rest_timeout")
+            .and_then(|v| match v {
+                Value::Integer(i) => i.as_u64(),
+                _ => None,
+            })
+            .unwrap_or(DEFAULT_REST_TIMEOUT);
+        tokio::time::Instant::now() + Duration::from_secs(secs)
+    });
     loop {
         let event = tokio::select! {
             ev = client.next_run_event(&mut listener, &job.jid) => ev,
@@ -147,17 +190,30 @@ pub async fn run(cfg: &MasterConfig, registry: &Registry, printer: &Printer, cal
                 printer.print(&s(not_available(&req.fun)), Some("nested"));
                 return REFUSED;
             }
+            () = sleep_until(rest_deadline) => {
+                let message = format!("RunnerClient job '{}' timed out", job.jid);
+                printer.print(&s(message), Some("nested"));
+                return 0;
+            }
             () = crate::terminated() => return 0,
         };
         match event {
             RunEvent::New(_) => start_deadline = None,
             RunEvent::Other { suffix, data } => {
                 start_deadline = None;
-                printer.print_event(&suffix, &data);
+                if !eauth {
+                    printer.print_event(&suffix, &data);
+                }
             }
             RunEvent::Ret(data) => {
-                printer.print_event("ret", &data);
-                let exit = exit_status(&data);
+                let exit = if eauth {
+                    let shown = eauth_shown(&data);
+                    printer.print(&shown.data, shown.outputter.as_deref());
+                    exit_status(&shown.data)
+                } else {
+                    printer.print_event("ret", &data);
+                    exit_status(&data)
+                };
                 if let Some(m) = exit.message {
                     eprintln!("{m}");
                 }
@@ -175,12 +231,34 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
     }
 }
 
-/// Reports a failed call: the master's own error as the run's return would be (on stdout,
-/// exit [`REFUSED`]), any other as `salt-run` reports a `SaltClientError` (the message on
-/// stderr, exit 1).
-fn report(printer: &Printer, e: &halite_client::Error) -> u8 {
+/// Reports a failed call. With `-a` (`eauth`), the master's refusal or error (or a
+/// request timeout) prints its message through the outputter and exits 0, as
+/// `salt-run -a` does. With the user's
+/// key: a refused key or operation prints `Authentication error occurred.` or
+/// `Authorization error occurred.` on stderr and exits 1, as `salt-run` reports a
+/// `SaltClientError`; any other error of the master's prints as the run's return would
+/// (on stdout, exit [`REFUSED`]). Anything else (no master, a timeout) is a
+/// `SaltClientError`: the message on stderr, exit 1.
+fn report(printer: &Printer, e: &halite_client::Error, eauth: bool) -> u8 {
+    use halite_client::Error as E;
     match e {
-        halite_client::Error::Master { message, .. } => {
+        E::Master { message, .. } if eauth => {
+            printer.print(&s(message.clone()), Some("nested"));
+            0
+        }
+        E::Timeout if eauth => {
+            printer.print(&s(e.to_string()), Some("nested"));
+            0
+        }
+        e if e.is_authentication() => {
+            eprintln!("{}", E::Authentication);
+            1
+        }
+        e if e.is_authorization() => {
+            eprintln!("{}", E::Authorization);
+            1
+        }
+        E::Master { message, .. } => {
             printer.print(&s(message.clone()), Some("nested"));
             REFUSED
         }
