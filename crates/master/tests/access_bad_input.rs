@@ -14,24 +14,6 @@ use halite_proto::Value;
 use halite_testkit::*;
 use std::time::{Duration, Instant};
 
-/// One clear request on the request port, answered within 30 s.
-fn clear_request(port: u16, load: Value) -> Value {
-    let ctx = zmq::Context::new();
-    let body = value::encode(&map([
-        ("enc", s("clear")),
-        ("load", load),
-        ("version", Value::from(3)),
-    ]));
-    let reply = halite_transport::client::request(
-        &ctx,
-        &format!("tcp://127.0.0.1:{port}"),
-        &body,
-        Duration::from_secs(30),
-    )
-    .expect("the master answers within 30 s");
-    value::decode(&reply).expect("the reply is msgpack")
-}
-
 /// A publish of `fun` with `arg` to `tgt` by the eauth `file` user `user`.
 fn eauth_publish(user: &str, password: &str, tgt: &str, fun: &str, arg: Vec<Value>) -> Value {
     map([

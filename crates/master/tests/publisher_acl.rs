@@ -32,7 +32,7 @@ use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::Duration;
 use Expect::{Denied, Returns, Unauthenticated};
-use Who::{Root, Sudo, User};
+use Who::{Eauth, Root, Sudo, User};
 
 /// The ACL of seed 003, exactly.
 const SEED_ACL: &str = "\
@@ -55,6 +55,35 @@ publisher_acl:
     - .*
 auto_accept: true
 ";
+
+/// The seed's ACL under `external_auth`'s `file` backend, whose password file (`PATH`)
+/// knows fred, dave and steve (each with the password `<name>-pw`), not eve.
+fn seed_eauth_config(passwords: &std::path::Path) -> String {
+    let acl: String = SEED_ACL
+        .lines()
+        .skip(1)
+        .take_while(|l| l.starts_with(' '))
+        .map(|l| format!("  {l}\n"))
+        .collect();
+    format!(
+        "auto_accept: true\nexternal_auth:\n  file:\n    ^filename: {}\n{acl}",
+        passwords.display()
+    )
+}
+
+/// [`SEED_CASES`] with each local user logging in through `external_auth` instead, plus a
+/// wrong password.
+fn seed_eauth_cases() -> Vec<Case> {
+    let mut cases: Vec<Case> = SEED_CASES
+        .iter()
+        .map(|&(who, args, expect)| match who {
+            User(name) => (Eauth(name), args, expect),
+            other => (other, args, expect),
+        })
+        .collect();
+    cases.push((Eauth("mallory"), &["web1", "test.ping"], Unauthenticated));
+    cases
+}
 
 /// Salt's example blacklist (salt-semantics.md §2.4): root and every user not starting
 /// with `sudo_` are refused, and so is `cmd.*` for everyone.
@@ -97,6 +126,9 @@ enum Who {
     Root,
     /// Root with `SUDO_USER=<name>`: the publish user is `sudo_<name>`.
     Sudo(&'static str),
+    /// Root logging in as `<name>` through `external_auth`'s `file` backend
+    /// (`-a file --username <name> --password <name>-pw`).
+    Eauth(&'static str),
 }
 
 impl std::fmt::Display for Who {
@@ -105,6 +137,7 @@ impl std::fmt::Display for Who {
             Who::User(n) => write!(f, "{n}"),
             Who::Root => write!(f, "root"),
             Who::Sudo(n) => write!(f, "sudo_{n}"),
+            Who::Eauth(n) => write!(f, "-a file {n}"),
         }
     }
 }
@@ -342,6 +375,18 @@ impl<'a> Callers<'a> {
             }
             Who::Root => root_command(program(cli)),
             Who::Sudo(name) => sudo_command(program(cli), name),
+            Who::Eauth(name) => {
+                let mut cmd = root_command(program(cli));
+                cmd.env("HOME", self.root.path()).args([
+                    "-a",
+                    "file",
+                    "--username",
+                    name,
+                    "--password",
+                    &format!("{name}-pw"),
+                ]);
+                cmd
+            }
         };
         cmd.arg("-c").arg(self.root.master_config_dir());
         cmd
@@ -540,6 +585,21 @@ fn seed_acl_allows_and_denies_each_case_for_users_of_the_halite_cli() {
     );
 
     let (mut wrong, _) = callers.run_cases(Cli::Halite, "halite CLI", SEED_CASES);
+    // `--static` for a user who may not run test.ping: stock 3008's `--static` goes through
+    // its batch mode, which publishes test.ping first and is refused.
+    wrong.extend(
+        callers
+            .run_cases(
+                Cli::Halite,
+                "halite CLI",
+                &[(
+                    User("dave"),
+                    &["--static", "log*", "pkg.version"],
+                    Returns(&["log1"], 0),
+                )],
+            )
+            .0,
+    );
     // The nested outputter prints the bare message, as stock `salt` does, and exits 0.
     for (who, args, message) in [
         (User("fred"), &["log1", "test.ping"], AUTHORIZATION_ERROR),
@@ -623,6 +683,65 @@ fn stock_salt_cli_users_get_the_same_answers_from_halite_as_from_a_stock_master(
         }
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[test]
+fn seed_acl_through_eauth_file_gives_each_case_with_both_clis_on_both_masters() {
+    if !root_or_explain(
+        "seed_acl_through_eauth_file_gives_each_case_with_both_clis_on_both_masters",
+    ) {
+        return;
+    }
+    let root = TempRoot::new();
+    let passwords = root.path().join("eauth-passwords");
+    std::fs::write(&passwords, "fred:fred-pw\ndave:dave-pw\nsteve:steve-pw\n").unwrap();
+    root.write_master_config(&seed_eauth_config(&passwords));
+    let callers = Callers::new(&root);
+    let cases = seed_eauth_cases();
+    let _fleet = start_fleet(&root, ALL);
+
+    let mut wrong = Vec::new();
+    for kind in [Kind::Stock, Kind::Halite] {
+        let mut master = start_master(&root, kind);
+        wait_for_pings(&root, ALL);
+        if kind == Kind::Halite {
+            // Stock minions sent their grains to the stock master; have them send them again.
+            let refresh = callers.run(
+                Cli::Halite,
+                Root,
+                &["-L", "web1,log1,db1", "saltutil.refresh_pillar"],
+            );
+            assert!(
+                matches!(refresh.printed, Printed::Returns(_)),
+                "saltutil.refresh_pillar: {refresh}"
+            );
+        }
+        callers.wait_for_returns(
+            Cli::Stock,
+            Root,
+            &["-G", "os:RedHat", "test.ping"],
+            &["db1", "mongo1"],
+        );
+        wrong.extend(
+            callers
+                .run_cases(Cli::Stock, &format!("{kind:?} master, stock CLI"), &cases)
+                .0,
+        );
+        if kind == Kind::Halite {
+            wrong.extend(
+                callers
+                    .run_cases(Cli::Halite, "Halite master, halite CLI", &cases)
+                    .0,
+            );
+        }
+        master.stop();
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} cases wrong:\n{}",
+        wrong.len(),
+        wrong.join("\n")
+    );
 }
 
 #[test]

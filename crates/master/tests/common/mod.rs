@@ -66,3 +66,23 @@ pub fn ids_in(lists: &Value, state: &str) -> Vec<String> {
         })
         .unwrap_or_default()
 }
+
+/// One clear request on the request port, as the local clients send it, answered within
+/// 30 s.
+pub fn clear_request(port: u16, load: halite_proto::Value) -> halite_proto::Value {
+    use halite_proto::value::{self, map, s};
+    let ctx = zmq::Context::new();
+    let body = value::encode(&map([
+        ("enc", s("clear")),
+        ("load", load),
+        ("version", halite_proto::Value::from(3)),
+    ]));
+    let reply = halite_transport::client::request(
+        &ctx,
+        &format!("tcp://127.0.0.1:{port}"),
+        &body,
+        Duration::from_secs(30),
+    )
+    .expect("the master answers within 30 s");
+    value::decode(&reply).expect("the reply is msgpack")
+}
