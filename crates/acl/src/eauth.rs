@@ -1,14 +1,12 @@
 //! `external_auth`: the ACL of an identity an eauth backend authenticated (Salt's
 //! `CkMinions.fill_auth_list`, with its argument swap fixed).
 
-use std::sync::Arc;
-
-use halite_target::pyvalue;
 use rmpv::Value;
 
-use crate::acl::{repr_of, shorten, Acl, ParseWarning};
+use crate::acl::{Acl, ParseWarning};
 use crate::expr::{ExprForm, ExprMatch, ExprPattern};
 use crate::pattern::{Matching, ModeNote, PatternKind};
+use crate::user::keyed_lists;
 
 /// The ACLs of one `external_auth` backend: `{user_pattern | group% | '*' | ^option: [acl
 /// entries]}`.
@@ -67,69 +65,24 @@ impl EauthAcl {
     /// a map grants nothing at all).
     pub fn parse(value: &Value, matching: Matching, label: &str) -> (EauthAcl, Vec<ParseWarning>) {
         let mut warnings = Vec::new();
-        let mut keys = Vec::new();
-        let form = match matching {
-            Matching::Full => ExprForm::Grouped,
-            Matching::Prefix => ExprForm::Salt,
-        };
-        let entries: Vec<(&Value, &Value)> = match value {
-            Value::Nil => Vec::new(),
-            Value::Map(entries) => pyvalue::dict_entries(entries).collect(),
-            other => {
-                warnings.push(ParseWarning {
-                    location: label.to_owned(),
-                    message: format!(
-                        "not a map ({}); nobody is allowed anything",
-                        shorten(&repr_of(other))
-                    ),
-                });
-                Vec::new()
-            }
-        };
-        for (key, list) in entries {
-            let Some(name) = pyvalue::text(key) else {
-                warnings.push(ParseWarning {
-                    location: format!("{label}[{}]", shorten(&repr_of(key))),
-                    message: "the key is not a string; ignored".to_owned(),
-                });
-                continue;
-            };
-            if name.starts_with('^') {
-                continue;
-            }
-            let location = format!("{label}['{name}']");
-            let kind = if name == "*" {
-                KeyKind::CatchAll
-            } else if name.ends_with('%') {
-                KeyKind::Group(name.trim_end_matches('%').to_owned())
-            } else {
-                KeyKind::User(ExprPattern::compile(name, form))
-            };
-            let mut acl = Acl::empty(matching);
-            let raw = match list {
-                Value::Array(items) => {
-                    let origin: Arc<str> = Arc::from(name);
-                    acl.extend_from(items, &location, Some(&origin), &mut warnings);
-                    items.clone()
-                }
-                other => {
-                    warnings.push(ParseWarning {
-                        location: location.clone(),
-                        message: format!(
-                            "the value is not a list ({}); it grants nothing",
-                            shorten(&repr_of(other))
-                        ),
-                    });
-                    Vec::new()
-                }
-            };
-            keys.push(EauthKey {
-                kind,
-                location,
-                acl,
-                raw,
-            });
-        }
+        let form = ExprForm::of(matching);
+        // `^` keys are the backend's options.
+        let options = |name: &str| name.starts_with('^');
+        let keys = keyed_lists(value, matching, label, options, &mut warnings)
+            .into_iter()
+            .map(|k| EauthKey {
+                kind: if k.name == "*" {
+                    KeyKind::CatchAll
+                } else if k.name.ends_with('%') {
+                    KeyKind::Group(k.name.trim_end_matches('%').to_owned())
+                } else {
+                    KeyKind::User(ExprPattern::compile(k.name, form))
+                },
+                location: k.location,
+                acl: k.acl,
+                raw: k.raw.to_vec(),
+            })
+            .collect();
         let acl = EauthAcl {
             keys,
             matching,

@@ -7,7 +7,7 @@ use std::fmt;
 use halite_target::fnmatch;
 use halite_target::pyre::{Anchor, PyRegex};
 
-use crate::pattern::{has_top_level_alternation, Pattern, RegexTrouble};
+use crate::pattern::{has_top_level_alternation, Matching, Pattern, RegexTrouble};
 
 /// Which regex a key is compiled to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,6 +18,16 @@ pub(crate) enum ExprForm {
     /// Salt's `\A<key>\Z`. The key is not grouped, so in `admin|manager_.*` only the last
     /// branch is end-anchored: `\Aadmin` admits `administrator`.
     Salt,
+}
+
+impl ExprForm {
+    /// The form of user keys under `matching`.
+    pub(crate) fn of(matching: Matching) -> ExprForm {
+        match matching {
+            Matching::Full => ExprForm::Grouped,
+            Matching::Prefix => ExprForm::Salt,
+        }
+    }
 }
 
 /// How a [`crate::Blacklist`] pattern matched.

@@ -50,54 +50,15 @@ impl UserAcl {
     /// extends the list with a string's characters, a map's keys, or raises); reported.
     pub fn parse(value: &Value, matching: Matching) -> (UserAcl, Vec<ParseWarning>) {
         let mut warnings = Vec::new();
-        let mut keys = Vec::new();
-        let form = match matching {
-            Matching::Full => ExprForm::Grouped,
-            Matching::Prefix => ExprForm::Salt,
-        };
-        let entries: Vec<(&Value, &Value)> = match value {
-            Value::Nil => Vec::new(),
-            Value::Map(entries) => pyvalue::dict_entries(entries).collect(),
-            other => {
-                warnings.push(ParseWarning {
-                    location: OPTION.to_owned(),
-                    message: format!(
-                        "not a map ({}); no user is allowed anything",
-                        shorten(&repr_of(other))
-                    ),
-                });
-                Vec::new()
-            }
-        };
-        for (key, list) in entries {
-            let Some(name) = pyvalue::text(key) else {
-                warnings.push(ParseWarning {
-                    location: format!("{OPTION}[{}]", shorten(&repr_of(key))),
-                    message: "the user pattern is not a string; ignored".to_owned(),
-                });
-                continue;
-            };
-            let location = format!("{OPTION}['{name}']");
-            let mut acl = Acl::empty(matching);
-            match list {
-                Value::Array(items) => {
-                    let origin: Arc<str> = Arc::from(name);
-                    acl.extend_from(items, &location, Some(&origin), &mut warnings);
-                }
-                other => warnings.push(ParseWarning {
-                    location: location.clone(),
-                    message: format!(
-                        "the value is not a list ({}); it grants nothing",
-                        shorten(&repr_of(other))
-                    ),
-                }),
-            }
-            keys.push(UserKey {
-                pattern: ExprPattern::compile(name, form),
-                location,
-                acl,
-            });
-        }
+        let form = ExprForm::of(matching);
+        let keys = keyed_lists(value, matching, OPTION, |_| false, &mut warnings)
+            .into_iter()
+            .map(|k| UserKey {
+                pattern: ExprPattern::compile(k.name, form),
+                location: k.location,
+                acl: k.acl,
+            })
+            .collect();
         (UserAcl { keys, matching }, warnings)
     }
 
@@ -183,6 +144,82 @@ impl UserAcl {
         }
         out
     }
+}
+
+/// One key of a `{pattern: [acl entries]}` option (`publisher_acl`, an `external_auth`
+/// backend): its text, where it is, its parsed entries and the entries as written.
+pub(crate) struct KeyedList<'v> {
+    pub(crate) name: &'v str,
+    pub(crate) location: String,
+    pub(crate) acl: Acl,
+    pub(crate) raw: &'v [Value],
+}
+
+/// The string keys of the map option `label` with their parsed lists, in configuration
+/// order, except the keys `skip` names (unparsed). Absent (`Nil`): none. Not a map: none, reported. A key that is not a string is
+/// ignored (Salt's `fnmatch` raises `TypeError`, which `expr_match` logs and treats as no
+/// match), reported. A value that is not a list grants nothing (Salt extends the list with
+/// a string's characters, a map's keys, or raises), reported.
+pub(crate) fn keyed_lists<'v>(
+    value: &'v Value,
+    matching: Matching,
+    label: &str,
+    skip: fn(&str) -> bool,
+    warnings: &mut Vec<ParseWarning>,
+) -> Vec<KeyedList<'v>> {
+    let entries: Vec<(&Value, &Value)> = match value {
+        Value::Nil => Vec::new(),
+        Value::Map(entries) => pyvalue::dict_entries(entries).collect(),
+        other => {
+            warnings.push(ParseWarning {
+                location: label.to_owned(),
+                message: format!(
+                    "not a map ({}); nobody is allowed anything",
+                    shorten(&repr_of(other))
+                ),
+            });
+            Vec::new()
+        }
+    };
+    let mut keys = Vec::new();
+    for (key, list) in entries {
+        let Some(name) = pyvalue::text(key) else {
+            warnings.push(ParseWarning {
+                location: format!("{label}[{}]", shorten(&repr_of(key))),
+                message: "the key is not a string; ignored".to_owned(),
+            });
+            continue;
+        };
+        if skip(name) {
+            continue;
+        }
+        let location = format!("{label}['{name}']");
+        let mut acl = Acl::empty(matching);
+        let raw: &[Value] = match list {
+            Value::Array(items) => {
+                let origin: Arc<str> = Arc::from(name);
+                acl.extend_from(items, &location, Some(&origin), warnings);
+                items
+            }
+            other => {
+                warnings.push(ParseWarning {
+                    location: location.clone(),
+                    message: format!(
+                        "the value is not a list ({}); it grants nothing",
+                        shorten(&repr_of(other))
+                    ),
+                });
+                &[]
+            }
+        };
+        keys.push(KeyedList {
+            name,
+            location,
+            acl,
+            raw,
+        });
+    }
+    keys
 }
 
 /// Whether `key` matches `user`; a regex over the backtracking limit does not.
