@@ -62,8 +62,9 @@ impl std::fmt::Display for Refusal {
 
 /// `verify_fun` and the keyword check of `load_args_and_kwargs`, as far as they can be
 /// decided here: an empty name, a name without a module (`x` is never `module.function`),
-/// and keyword arguments that a runner Halite knows does not take. A function Halite does
-/// not know is left to the master (a stock master has more runners).
+/// and keyword arguments that a runner Halite knows does not take (one taking `**kwargs`
+/// takes them all). A function Halite does not know is left to the master (a stock master
+/// has more runners).
 pub fn check(registry: &Registry, req: &RunnerRequest) -> Result<(), Refusal> {
     if req.fun.is_empty() {
         return Err(Refusal::NotAvailable(
@@ -76,6 +77,9 @@ pub fn check(registry: &Registry, req: &RunnerRequest) -> Result<(), Refusal> {
     let Some(params) = registry.params(&req.fun) else {
         return Ok(());
     };
+    if registry.takes_kwargs(&req.fun) {
+        return Ok(());
+    }
     let invalid: Vec<String> = req
         .kwarg
         .iter()
@@ -316,6 +320,15 @@ mod tests {
             Err(Refusal::InvalidKwargs(
                 "The following keyword arguments are not valid: foo=bar, n=[1, 'a']".into()
             ))
+        );
+    }
+
+    #[test]
+    fn a_runner_taking_kwargs_takes_every_keyword() {
+        let reg = Registry::builtin();
+        assert_eq!(
+            check(&reg, &req("test.arg", &["1", "a=2", "__b=3"])),
+            Ok(())
         );
     }
 

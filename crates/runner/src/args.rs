@@ -4,9 +4,10 @@
 //! `RunnerClient._reformat_low` use it) sorts the call's `arg` list with
 //! `halite_pycall`'s [`split_args`] (a `{"__kwarg__": true, ...}` map and `name=value`
 //! strings, the value typed as YAML, are keyword arguments), then lays the request's
-//! explicit `kwarg` entries over them. A keyword the function does not take (or whose
-//! name is not a `str`: a `bin` is Python `bytes`) is refused with Salt's
-//! `SaltInvocationError` text. [`FunSpec::bind`] is then Python's own call
+//! explicit `kwarg` entries over them. Unless the function takes `**kwargs`, a keyword it
+//! does not take (or whose name is not a `str`: a `bin` is Python `bytes`) is refused
+//! with Salt's `SaltInvocationError` text; a function taking `**kwargs` takes them all
+//! (a name that is not a `str` then fails the binding, as Python's call does). [`FunSpec::bind`] is then Python's own call
 //! binding, with CPython 3.11's TypeError texts.
 
 use halite_pycall::pyval::{dict_set, text};
@@ -31,6 +32,9 @@ pub(crate) fn load_args_and_kwargs(
         .map(|(name, val)| (Value::from(name.as_str()), val.clone()));
     for (key, val) in keywords.into_iter().chain(explicit) {
         dict_set(&mut kwargs, key, val);
+    }
+    if spec.kwargs {
+        return Ok((positional, kwargs));
     }
     let invalid: Vec<String> = kwargs
         .iter()
@@ -80,6 +84,36 @@ mod tests {
         assert_eq!(
             refused,
             Err("The following keyword arguments are not valid: y=2, z=[1]".to_owned())
+        );
+    }
+
+    #[test]
+    fn a_function_taking_kwargs_takes_every_keyword_even_private_and_non_str_ones() {
+        let arg = find("test.arg").expect("test.arg has a spec");
+        let bytes_name = Value::Map(vec![
+            (Value::from("__kwarg__"), Value::Boolean(true)),
+            (Value::Binary(b"x".to_vec()), Value::from(5)),
+        ]);
+        let sorted = load_args_and_kwargs(
+            arg,
+            &[
+                Value::from(1),
+                Value::from("a=2"),
+                Value::from("__b=x"),
+                bytes_name,
+            ],
+            &[("a".to_owned(), Value::from(4))],
+        );
+        assert_eq!(
+            sorted,
+            Ok((
+                vec![Value::from(1)],
+                vec![
+                    (Value::from("a"), Value::from(4)),
+                    (Value::from("__b"), Value::from("x")),
+                    (Value::Binary(b"x".to_vec()), Value::from(5)),
+                ]
+            ))
         );
     }
 

@@ -1,5 +1,5 @@
-//! Master runners: `manage.*` and `jobs.*` of Salt 3008.3, run as the master's runner
-//! client runs them (`salt-run`, and the clear `runner` request).
+//! Master runners: `manage.*`, `jobs.*` and `test.*` of Salt 3008.3, run as the master's
+//! runner client runs them (`salt-run`, and the clear `runner` request).
 //!
 //! # What it does
 //!
@@ -15,7 +15,8 @@
 //!   (`present`, `joined`, `alived`, `allowed`, `reaped`, `list_state` and their `not_*`
 //!   forms), and `jobs.list_jobs` (with the metadata, function, target and time filters),
 //!   `lookup_jid`, `list_job`, `print_job`, `active`, `last_run`, `exit_success`,
-//!   `list_jobs_filter`, with Salt's return shapes and field names.
+//!   `list_jobs_filter`, with Salt's return shapes and field names; `test.arg`,
+//!   `raw_arg`, `metasyntactic`, `stdout_print`, `sleep` and `stream` (progress events).
 //! * The CLI's wait (`LocalClient.get_cli_event_returns`: `timeout`, then
 //!   `saltutil.find_job` probes with `gather_job_timeout`), on which `manage.up/down/status`
 //!   and `jobs.active` are built, ends as soon as every expected minion has answered.
@@ -27,8 +28,8 @@
 //! # What it does not do
 //!
 //! * No I/O of its own: publishing, waiting for returns, the job store, the key list, the
-//!   connected minions, key deletion and events all go through the [`RunnerHost`] the
-//!   master implements. The host decides what "connected" means (Salt's
+//!   connected minions, key deletion, events and sleeping all go through the
+//!   [`RunnerHost`] the master implements. The host decides what "connected" means (Salt's
 //!   `connected_ids`, which is empty without `minion_data_cache`).
 //! * No proc file for the running runner (`cachedir/proc/<jid>`), so no `jobs.master`;
 //!   no `EndTime` (`job_cache_store_endtime`); no external job caches: the runners read
@@ -36,8 +37,11 @@
 //!   `ext_job_cache`) fails as Salt fails for a returner it cannot load.
 //! * A runner run is stored in the host's job store only; Salt's `local_cache` tree,
 //!   which the master writes for stock tools, does not get it.
-//! * Runner modules other than `manage` and `jobs` (and their other functions) are
-//!   missing functions.
+//! * Runner modules other than `manage`, `jobs` and `test` (and their other functions,
+//!   such as `test.get_opts`) are missing functions.
+//! * What a runner prints goes nowhere (`test.stdout_print`, `test.sleep`), as in Salt's
+//!   master, whose runner processes write to `/dev/null`; stock `salt-run` without eauth
+//!   runs runners in its own process and shows it.
 //!
 //! # Deviations from Salt
 //!
@@ -85,7 +89,7 @@ mod testhost;
 mod tests;
 mod wait;
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 pub use registry::Registry;
 pub use rmpv::Value;
@@ -123,6 +127,12 @@ pub trait RunnerHost: Send + Sync {
         -> Value;
     /// The master's options (`timeout`, `gather_job_timeout`, `id`, `raw`, ...).
     fn opts(&self) -> &halite_config::MasterConfig;
+    /// Blocks the runner for `duration` (a runner's `time.sleep`). The default sleeps the
+    /// calling thread, which is the runner's own, as Salt's runner process does; a host
+    /// may end it early (on shutdown) or keep time its own way (tests).
+    fn sleep(&self, duration: Duration) {
+        std::thread::sleep(duration);
+    }
 }
 
 /// A job a runner publishes.

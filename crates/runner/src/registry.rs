@@ -56,8 +56,8 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// Every runner Halite ships: the `manage` and `jobs` functions listed by
-    /// [`Registry::names`].
+    /// Every runner Halite ships: the `manage`, `jobs` and `test` functions and
+    /// `acl.check`, listed by [`Registry::names`].
     pub fn builtin() -> Registry {
         let mut functions = Table::default();
         for &(name, handler) in modules::exports() {
@@ -86,6 +86,12 @@ impl Registry {
         self.functions
             .get(fun)
             .map(|e| e.spec.params.iter().map(|p| p.name).collect())
+    }
+
+    /// Whether `fun` takes `**kwargs`, so any keyword argument (`false` for an unknown
+    /// runner): `load_args_and_kwargs` then refuses no keyword.
+    pub fn takes_kwargs(&self, fun: &str) -> bool {
+        self.functions.get(fun).is_some_and(|e| e.spec.kwargs)
     }
 
     /// `salt-run -d [prefix]` (`SyncClientMixin.get_docs` + `strip_rst`): `(name,

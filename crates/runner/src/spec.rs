@@ -10,8 +10,7 @@ use crate::specs::SPECS;
 
 pub(crate) use halite_pycall::spec::{Param, ParamDefault};
 
-/// The signature and docstring of one runner function. None of the runners Halite
-/// implements takes `*args` or `**kwargs` (the generator refuses them).
+/// The signature and docstring of one runner function.
 #[derive(Debug)]
 pub(crate) struct FunSpec {
     /// The public name, `module.function`.
@@ -20,15 +19,24 @@ pub(crate) struct FunSpec {
     pub pyname: &'static str,
     /// Positional-or-keyword parameters in order.
     pub params: &'static [Param],
+    /// Whether the function takes `*args`.
+    pub varargs: bool,
+    /// Whether the function takes `**kwargs` (then every keyword argument is taken).
+    pub kwargs: bool,
     /// The raw `__doc__`.
     pub doc: &'static str,
 }
 
 impl FunSpec {
-    /// Python's binding of `func(*args, **kwargs)`, with CPython 3.11's error texts (no
-    /// runner takes `*args` or `**kwargs`).
+    /// Python's binding of `func(*args, **kwargs)`, with CPython 3.11's error texts.
     pub fn bind(&self, args: Vec<Value>, kwargs: Kwargs) -> Result<Call, CallError> {
-        halite_pycall::bind(&Signature::plain(self.pyname, self.params), args, kwargs)
+        let signature = Signature {
+            pyname: self.pyname,
+            params: self.params,
+            varargs: self.varargs,
+            kwargs: self.kwargs,
+        };
+        halite_pycall::bind(&signature, args, kwargs)
     }
 }
 

@@ -11,6 +11,8 @@ pub(crate) static SPECS: &[FunSpec] = &[
         params: &[
             Param { name: "display_progress", default: Some(ParamDefault::Bool(false)) },
         ],
+        varargs: false,
+        kwargs: false,
         doc: r#"
     Return a report on all actively running jobs from a job id centric
     perspective
@@ -29,6 +31,8 @@ pub(crate) static SPECS: &[FunSpec] = &[
             Param { name: "jid", default: None },
             Param { name: "ext_source", default: Some(ParamDefault::None) },
         ],
+        varargs: false,
+        kwargs: false,
         doc: r#"
     Check if a job has been executed and exit successfully
 
@@ -55,6 +59,8 @@ pub(crate) static SPECS: &[FunSpec] = &[
             Param { name: "target", default: Some(ParamDefault::None) },
             Param { name: "display_progress", default: Some(ParamDefault::Bool(false)) },
         ],
+        varargs: false,
+        kwargs: false,
         doc: r#"
     .. versionadded:: 2015.8.0
 
@@ -103,6 +109,8 @@ pub(crate) static SPECS: &[FunSpec] = &[
             Param { name: "ext_source", default: Some(ParamDefault::None) },
             Param { name: "display_progress", default: Some(ParamDefault::Bool(false)) },
         ],
+        varargs: false,
+        kwargs: false,
         doc: r#"
     List a specific job given by its jid
 
@@ -135,6 +143,8 @@ pub(crate) static SPECS: &[FunSpec] = &[
             Param { name: "end_time", default: Some(ParamDefault::None) },
             Param { name: "display_progress", default: Some(ParamDefault::Bool(false)) },
         ],
+        varargs: false,
+        kwargs: false,
         doc: r#"
     List all detectable jobs and associated functions
 
@@ -222,6 +232,8 @@ pub(crate) static SPECS: &[FunSpec] = &[
             Param { name: "outputter", default: Some(ParamDefault::None) },
             Param { name: "display_progress", default: Some(ParamDefault::Bool(false)) },
         ],
+        varargs: false,
+        kwargs: false,
         doc: r#"
     List all detectable jobs and associated functions
 
@@ -247,6 +259,8 @@ pub(crate) static SPECS: &[FunSpec] = &[
             Param { name: "missing", default: Some(ParamDefault::Bool(false)) },
             Param { name: "display_progress", default: Some(ParamDefault::Bool(false)) },
         ],
+        varargs: false,
+        kwargs: false,
         doc: r#"
     Return the printout from a previously executed job
 
@@ -285,6 +299,8 @@ pub(crate) static SPECS: &[FunSpec] = &[
             Param { name: "jid", default: None },
             Param { name: "ext_source", default: Some(ParamDefault::None) },
         ],
+        varargs: false,
+        kwargs: false,
         doc: r#"
     Print a specific job's detail given by its jid, including the return data.
 
@@ -302,6 +318,8 @@ pub(crate) static SPECS: &[FunSpec] = &[
             Param { name: "subset", default: Some(ParamDefault::None) },
             Param { name: "show_ip", default: Some(ParamDefault::Bool(false)) },
         ],
+        varargs: false,
+        kwargs: false,
         doc: r#"
     .. versionadded:: 2015.8.0
     .. versionchanged:: 2019.2.0
@@ -329,6 +347,8 @@ pub(crate) static SPECS: &[FunSpec] = &[
             Param { name: "subset", default: Some(ParamDefault::None) },
             Param { name: "show_ip", default: Some(ParamDefault::Bool(false)) },
         ],
+        varargs: false,
+        kwargs: false,
         doc: r#"
     .. versionadded:: 2015.8.0
     .. versionchanged:: 2019.2.0
@@ -359,6 +379,8 @@ pub(crate) static SPECS: &[FunSpec] = &[
             Param { name: "timeout", default: Some(ParamDefault::None) },
             Param { name: "gather_job_timeout", default: Some(ParamDefault::None) },
         ],
+        varargs: false,
+        kwargs: false,
         doc: r#"
     .. versionchanged:: 2017.7.0
 
@@ -384,6 +406,8 @@ pub(crate) static SPECS: &[FunSpec] = &[
             Param { name: "subset", default: Some(ParamDefault::None) },
             Param { name: "show_ip", default: Some(ParamDefault::Bool(false)) },
         ],
+        varargs: false,
+        kwargs: false,
         doc: r#"
     .. versionadded:: 2015.8.0
     .. versionchanged:: 2019.2.0
@@ -411,6 +435,8 @@ pub(crate) static SPECS: &[FunSpec] = &[
             Param { name: "subset", default: Some(ParamDefault::None) },
             Param { name: "show_ip", default: Some(ParamDefault::Bool(false)) },
         ],
+        varargs: false,
+        kwargs: false,
         doc: r#"
     .. versionadded:: 2015.8.0
     .. versionchanged:: 2019.2.0
@@ -438,6 +464,8 @@ pub(crate) static SPECS: &[FunSpec] = &[
             Param { name: "subset", default: Some(ParamDefault::None) },
             Param { name: "show_ip", default: Some(ParamDefault::Bool(false)) },
         ],
+        varargs: false,
+        kwargs: false,
         doc: r#"
     .. versionadded:: 2015.8.0
     .. versionchanged:: 2019.2.0
@@ -465,6 +493,8 @@ pub(crate) static SPECS: &[FunSpec] = &[
             Param { name: "subset", default: Some(ParamDefault::None) },
             Param { name: "show_ip", default: Some(ParamDefault::Bool(false)) },
         ],
+        varargs: false,
+        kwargs: false,
         doc: r#"
     .. versionadded:: 2015.8.0
     .. versionchanged:: 2019.2.0
@@ -492,6 +522,8 @@ pub(crate) static SPECS: &[FunSpec] = &[
             Param { name: "subset", default: Some(ParamDefault::None) },
             Param { name: "show_ip", default: Some(ParamDefault::Bool(false)) },
         ],
+        varargs: false,
+        kwargs: false,
         doc: r#"
     .. versionadded:: 2015.8.0
     .. versionchanged:: 2019.2.0
@@ -519,6 +551,8 @@ pub(crate) static SPECS: &[FunSpec] = &[
             Param { name: "subset", default: Some(ParamDefault::None) },
             Param { name: "show_ip", default: Some(ParamDefault::Bool(false)) },
         ],
+        varargs: false,
+        kwargs: false,
         doc: r#"
     .. versionadded:: 2015.8.0
     .. versionchanged:: 2019.2.0
@@ -546,6 +580,8 @@ pub(crate) static SPECS: &[FunSpec] = &[
             Param { name: "subset", default: Some(ParamDefault::None) },
             Param { name: "show_ip", default: Some(ParamDefault::Bool(false)) },
         ],
+        varargs: false,
+        kwargs: false,
         doc: r#"
     .. versionadded:: 2015.5.0
     .. versionchanged:: 2019.2.0
@@ -573,6 +609,8 @@ pub(crate) static SPECS: &[FunSpec] = &[
             Param { name: "subset", default: Some(ParamDefault::None) },
             Param { name: "show_ip", default: Some(ParamDefault::Bool(false)) },
         ],
+        varargs: false,
+        kwargs: false,
         doc: r#"
     .. versionadded:: 2015.8.0
     .. versionchanged:: 2019.2.0
@@ -600,6 +638,8 @@ pub(crate) static SPECS: &[FunSpec] = &[
             Param { name: "subset", default: Some(ParamDefault::None) },
             Param { name: "show_ip", default: Some(ParamDefault::Bool(false)) },
         ],
+        varargs: false,
+        kwargs: false,
         doc: r#"
     .. versionchanged:: 2019.2.0
 
@@ -626,6 +666,8 @@ pub(crate) static SPECS: &[FunSpec] = &[
             Param { name: "subset", default: Some(ParamDefault::None) },
             Param { name: "show_ip", default: Some(ParamDefault::Bool(false)) },
         ],
+        varargs: false,
+        kwargs: false,
         doc: r#"
     .. versionadded:: 2015.8.0
     .. versionchanged:: 2019.2.0
@@ -656,6 +698,8 @@ pub(crate) static SPECS: &[FunSpec] = &[
             Param { name: "timeout", default: Some(ParamDefault::None) },
             Param { name: "gather_job_timeout", default: Some(ParamDefault::None) },
         ],
+        varargs: false,
+        kwargs: false,
         doc: r#"
     .. versionchanged:: 2017.7.0
 
@@ -682,6 +726,8 @@ pub(crate) static SPECS: &[FunSpec] = &[
             Param { name: "timeout", default: Some(ParamDefault::None) },
             Param { name: "gather_job_timeout", default: Some(ParamDefault::None) },
         ],
+        varargs: false,
+        kwargs: false,
         doc: r#"
     .. versionchanged:: 2017.7.0
 
@@ -697,6 +743,112 @@ pub(crate) static SPECS: &[FunSpec] = &[
         salt-run manage.up
         salt-run manage.up tgt="webservers" tgt_type="nodegroup"
         salt-run manage.up timeout=5 gather_job_timeout=10
+    "#,
+    },
+    FunSpec {
+        name: "test.arg",
+        pyname: "arg",
+        params: &[
+        ],
+        varargs: true,
+        kwargs: true,
+        doc: r#"
+    Output the given args and kwargs
+
+    Kwargs will be filtered for 'private' keynames.
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        salt-run test.arg foo bar=baz
+    "#,
+    },
+    FunSpec {
+        name: "test.metasyntactic",
+        pyname: "metasyntactic",
+        params: &[
+            Param { name: "locality", default: Some(ParamDefault::Str(r#"us"#)) },
+        ],
+        varargs: false,
+        kwargs: false,
+        doc: r#"
+    Return common metasyntactic variables for the given locality
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        salt-run test.metasyntactic locality=uk
+    "#,
+    },
+    FunSpec {
+        name: "test.raw_arg",
+        pyname: "raw_arg",
+        params: &[
+        ],
+        varargs: true,
+        kwargs: true,
+        doc: r#"
+    Output the given args and kwargs
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        salt-run test.arg foo __bar=baz
+    "#,
+    },
+    FunSpec {
+        name: "test.sleep",
+        pyname: "sleep",
+        params: &[
+            Param { name: "s_time", default: Some(ParamDefault::Int(10)) },
+        ],
+        varargs: false,
+        kwargs: false,
+        doc: r#"
+    Sleep t seconds, then return True
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        salt-run test.sleep s_time=5
+    "#,
+    },
+    FunSpec {
+        name: "test.stdout_print",
+        pyname: "stdout_print",
+        params: &[
+        ],
+        varargs: false,
+        kwargs: false,
+        doc: r#"
+    Print 'foo' and return 'bar'
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        salt-run test.stdout_print
+    "#,
+    },
+    FunSpec {
+        name: "test.stream",
+        pyname: "stream",
+        params: &[
+        ],
+        varargs: false,
+        kwargs: false,
+        doc: r#"
+    Fire a stream of 100 test events, then return True
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        salt-run test.stream
     "#,
     },
 ];

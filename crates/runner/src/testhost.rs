@@ -2,7 +2,7 @@
 //! list, a real job store on a temp file, and a log of what was published and fired.
 //!
 //! Time is virtual: a `wait_returns` call advances the clock to the last awaited answer,
-//! or by the time left until its deadline, without sleeping. Every minion answers
+//! or by the time left until its deadline, and `sleep` by its length, without sleeping. Every minion answers
 //! `saltutil.find_job` at once (unless down) and every other job after its delay.
 
 use std::sync::Mutex;
@@ -297,6 +297,10 @@ impl RunnerHost for FakeHost {
 
     fn opts(&self) -> &MasterConfig {
         &self.opts
+    }
+
+    fn sleep(&self, duration: Duration) {
+        self.state().clock += duration;
     }
 
     fn acl_check(

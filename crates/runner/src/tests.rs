@@ -69,9 +69,9 @@ fn acl_check_hands_the_question_to_the_master() {
 }
 
 #[test]
-fn the_registry_offers_every_manage_and_jobs_runner_and_acl_check() {
+fn the_registry_offers_every_manage_jobs_and_test_runner_and_acl_check() {
     let reg = Registry::builtin();
-    assert_eq!(reg.names().len(), 24);
+    assert_eq!(reg.names().len(), 30);
     assert!(reg.contains("acl.check"));
     for name in [
         "manage.up",
@@ -80,25 +80,33 @@ fn the_registry_offers_every_manage_and_jobs_runner_and_acl_check() {
         "manage.not_reaped",
         "jobs.lookup_jid",
         "jobs.list_jobs_filter",
+        "test.arg",
+        "test.stream",
     ] {
         assert!(reg.contains(name), "{name}");
     }
     assert!(!reg.contains("manage.key_regen"));
+    assert!(!reg.contains("test.get_opts"));
     assert_eq!(
         reg.params("manage.up"),
         Some(vec!["tgt", "tgt_type", "timeout", "gather_job_timeout"])
     );
     assert_eq!(reg.params("nope.nope"), None);
+    assert_eq!(reg.params("test.arg"), Some(vec![]));
+    assert!(reg.takes_kwargs("test.arg") && reg.takes_kwargs("test.raw_arg"));
+    assert!(!reg.takes_kwargs("manage.up") && !reg.takes_kwargs("test.sleep"));
+    assert!(!reg.takes_kwargs("nope.nope"));
 }
 
 /// Every `inv.arg("...")` in a module names a parameter of one of its runners (an unknown
 /// name would silently read as `None`).
 #[test]
 fn runners_read_only_parameters_they_have() {
-    for (module, source) in [
-        ("acl", include_str!("modules/acl.rs")),
-        ("manage", include_str!("modules/manage.rs")),
-        ("jobs", include_str!("modules/jobs.rs")),
+    for (module, source, reads) in [
+        ("acl", include_str!("modules/acl.rs"), 5),
+        ("manage", include_str!("modules/manage.rs"), 5),
+        ("jobs", include_str!("modules/jobs.rs"), 5),
+        ("test", include_str!("modules/test.rs"), 2),
     ] {
         let reg = Registry::builtin();
         let params: Vec<&str> = reg
@@ -116,7 +124,7 @@ fn runners_read_only_parameters_they_have() {
             seen += 1;
             rest = tail;
         }
-        assert!(seen >= 5, "{module}: found {seen} reads");
+        assert!(seen >= reads, "{module}: found {seen} reads");
     }
 }
 
@@ -125,8 +133,8 @@ fn docs_select_like_salt_run_d() {
     let reg = Registry::builtin();
     let names =
         |p: Option<&str>| -> Vec<String> { reg.doc(p).into_iter().map(|(n, _)| n).collect() };
-    assert_eq!(names(None).len(), 24);
-    assert_eq!(names(Some("")).len(), 24);
+    assert_eq!(names(None).len(), 30);
+    assert_eq!(names(Some("")).len(), 30);
     assert_eq!(names(Some("manage")).len(), 15);
     assert_eq!(names(Some("manage.")).len(), 15);
     assert_eq!(names(Some("manage.up")), ["manage.up"]);
@@ -1053,4 +1061,216 @@ fn active_with_a_refused_publish_is_empty() {
     let mut host = jobs_host(true);
     host.refuse_publish = Some("no master".to_owned());
     assert_eq!(ret(&host, "jobs.active", vec![]), Value::Map(vec![]));
+}
+
+// ----- test ------------------------------------------------------------------------------
+
+#[test]
+fn test_arg_returns_args_and_kwargs_without_private_keywords() {
+    let host = FakeHost::new(&[]);
+    let arg = vec![
+        Value::from(1),
+        s("a=2"),
+        s("__b=3"),
+        kwargs(&[("c", list(&["x"]))]),
+    ];
+    assert_eq!(
+        ret(&host, "test.arg", arg.clone()),
+        map([
+            ("args", Value::Array(vec![Value::from(1)])),
+            ("kwargs", map([("a", Value::from(2)), ("c", list(&["x"]))])),
+        ])
+    );
+    // The new event shows every keyword the function was called with.
+    assert_eq!(
+        event_field(&host, &format!("salt/run/{RUN_JID}/new"), "fun_args"),
+        Some(Value::Array(vec![
+            Value::from(1),
+            map([
+                ("a", Value::from(2)),
+                ("__b", Value::from(3)),
+                ("c", list(&["x"])),
+            ]),
+        ]))
+    );
+}
+
+#[test]
+fn test_raw_arg_keeps_private_keywords() {
+    let host = FakeHost::new(&[]);
+    assert_eq!(
+        ret(&host, "test.raw_arg", vec![s("foo"), s("__bar=baz")]),
+        map([
+            ("args", list(&["foo"])),
+            ("kwargs", map([("__bar", s("baz"))])),
+        ])
+    );
+    assert_eq!(
+        ret(&host, "test.raw_arg", vec![]),
+        map([
+            ("args", Value::Array(vec![])),
+            ("kwargs", Value::Map(vec![])),
+        ])
+    );
+}
+
+/// What `halite-run -a ... test.arg 1 a=2` hands the master: Salt's `_reformat_low`
+/// has already sorted the arguments into `arg` and `kwarg`.
+#[test]
+fn test_arg_takes_the_explicit_keywords_of_a_runner_request() {
+    let host = FakeHost::new(&[]);
+    let out = Registry::builtin().run(
+        &host,
+        &RunCall {
+            fun: "test.arg",
+            arg: vec![Value::from(1)],
+            kwarg: vec![("a".to_owned(), Value::from(2))],
+            user: "bob",
+            jid: RUN_JID,
+        },
+    );
+    assert_eq!(
+        out,
+        RunOutcome {
+            ret: map([
+                ("args", Value::Array(vec![Value::from(1)])),
+                ("kwargs", map([("a", Value::from(2))])),
+            ]),
+            success: true,
+            retcode: None,
+            outputter: None,
+        }
+    );
+}
+
+#[test]
+fn test_arg_with_a_keyword_name_that_is_not_a_str_is_a_type_error() {
+    let host = FakeHost::new(&[]);
+    let bytes_name = Value::Map(vec![
+        (s("__kwarg__"), Value::Boolean(true)),
+        (Value::Binary(b"x".to_vec()), Value::from(1)),
+    ]);
+    let out = run(&host, "test.arg", vec![bytes_name]);
+    let text = out.ret.as_str().unwrap_or_default().to_owned();
+    assert!(text.starts_with("\nPassed invalid arguments: "), "{text}");
+    assert!(text.contains("keywords must be strings"), "{text}");
+    assert!(!out.success);
+}
+
+#[test]
+fn test_metasyntactic_answers_the_us_and_uk_lists_and_none_otherwise() {
+    let host = FakeHost::new(&[]);
+    let us = ret(&host, "test.metasyntactic", vec![]);
+    let us = us.as_array().cloned().unwrap_or_default();
+    assert_eq!(us.len(), 14);
+    assert_eq!(us.first(), Some(&s("foo")));
+    assert_eq!(us.last(), Some(&s("thud")));
+    let uk = list(&["wibble", "wobble", "wubble", "flob"]);
+    assert_eq!(ret(&host, "test.metasyntactic", vec![s("locality=uk")]), uk);
+    assert_eq!(ret(&host, "test.metasyntactic", vec![s("uk")]), uk);
+    for other in [
+        s("fr"),
+        s("UK"),
+        Value::from(1),
+        Value::Nil,
+        Value::Binary(b"us".to_vec()),
+    ] {
+        assert_eq!(
+            ret(&host, "test.metasyntactic", vec![other.clone()]),
+            Value::Nil,
+            "{other:?}"
+        );
+    }
+}
+
+#[test]
+fn test_metasyntactic_with_an_unhashable_locality_is_a_type_error() {
+    let host = FakeHost::new(&[]);
+    for (locality, ty) in [(list(&["us"]), "list"), (map([("us", Value::Nil)]), "dict")] {
+        let out = run(&host, "test.metasyntactic", vec![locality]);
+        let text = out.ret.as_str().unwrap_or_default().to_owned();
+        assert!(
+            text.starts_with(&format!(
+                "\nPassed invalid arguments: unhashable type: '{ty}'\n\nUsage:\n\n    Return \
+                 common metasyntactic variables"
+            )),
+            "{text}"
+        );
+        assert!(!out.success);
+    }
+}
+
+#[test]
+fn test_stdout_print_returns_bar_and_takes_no_arguments() {
+    let host = FakeHost::new(&[]);
+    assert_eq!(ret(&host, "test.stdout_print", vec![]), s("bar"));
+    let out = run(&host, "test.stdout_print", vec![s("x")]);
+    let text = out.ret.as_str().unwrap_or_default().to_owned();
+    assert!(
+        text.starts_with(
+            "\nPassed invalid arguments: stdout_print() takes 0 positional arguments but 1 \
+             was given\n"
+        ),
+        "{text}"
+    );
+}
+
+#[test]
+fn test_sleep_sleeps_s_time_seconds_then_returns_true() {
+    let host = FakeHost::new(&[]);
+    assert_eq!(
+        ret(&host, "test.sleep", vec![s("s_time=3")]),
+        Value::Boolean(true)
+    );
+    assert_eq!(host.elapsed(), Duration::from_secs(3));
+    assert_eq!(
+        ret(&host, "test.sleep", vec![Value::F64(0.5)]),
+        Value::Boolean(true)
+    );
+    assert_eq!(host.elapsed(), Duration::from_millis(3500));
+    ret(&host, "test.sleep", vec![]);
+    assert_eq!(host.elapsed(), Duration::from_millis(13500));
+}
+
+#[test]
+fn test_sleep_with_a_bad_length_fails_as_time_sleep_does() {
+    let host = FakeHost::new(&[]);
+    let out = run(&host, "test.sleep", vec![Value::from(-1)]);
+    assert_eq!(
+        out.ret,
+        s(
+            "Exception occurred in runner test.sleep: Traceback (most recent call last):\n  \
+           File \"halite-runner\", in sleep\nValueError: sleep length must be non-negative\n"
+        )
+    );
+    assert_eq!(out.retcode, Some(1));
+    let out = run(&host, "test.sleep", vec![s("soon")]);
+    let text = out.ret.as_str().unwrap_or_default().to_owned();
+    assert!(
+        text.starts_with(
+            "\nPassed invalid arguments: 'str' object cannot be interpreted as an integer\n"
+        ),
+        "{text}"
+    );
+    assert_eq!(host.elapsed(), Duration::ZERO);
+}
+
+#[test]
+fn test_stream_fires_99_progress_events_a_tenth_of_a_second_apart() {
+    let host = FakeHost::new(&[]);
+    assert_eq!(ret(&host, "test.stream", vec![]), Value::Boolean(true));
+    let events = host.events();
+    let progress = format!("salt/run/{RUN_JID}/progress");
+    let messages: Vec<Value> = events
+        .iter()
+        .filter(|(t, _)| *t == progress)
+        .map(|(_, d)| d.clone())
+        .collect();
+    assert_eq!(messages.len(), 99);
+    assert_eq!(messages[0], map([("message", s("Runner is 1% done"))]));
+    assert_eq!(messages[98], map([("message", s("Runner is 99% done"))]));
+    // new, the progress events, then ret.
+    assert_eq!(events.len(), 101);
+    assert!(events[0].0.ends_with("/new") && events[100].0.ends_with("/ret"));
+    assert_eq!(host.elapsed(), Duration::from_millis(9900));
 }

@@ -7,9 +7,9 @@ Run with the venv's Python from the workspace root:
 
 For every runner function Halite implements it records what the master needs to bind
 arguments exactly as Salt does and to answer `salt-run -d`: the Python name used in
-TypeError texts (`co_qualname`), the parameters with their defaults, and the raw
-docstring (`crates/pycall/tools/specgen.py` does the inspecting and writing). Runners
-taking `*args` / `**kwargs` or without a docstring are refused. The test
+TypeError texts (`co_qualname`), the parameters with their defaults, whether it takes
+`*args` / `**kwargs`, and the raw docstring (`crates/pycall/tools/specgen.py` does the
+inspecting and writing). Runners without a docstring are refused. The test
 `specs_match_stock_salt` re-runs this script and compares its output with the committed
 file.
 """
@@ -31,15 +31,21 @@ MODULES = {
         "alived allowed down joined list_not_state list_state not_alived not_allowed "
         "not_joined not_present not_reaped present reaped status up",
     ),
+    "test": (
+        "salt.runners.test",
+        "arg metasyntactic raw_arg sleep stdout_print stream",
+    ),
 }
 
 
 def fields(name, func, varargs, kwargs):
-    if varargs or kwargs:
-        raise SystemExit(f"{name}: *args/**kwargs are not supported")
     if func.__doc__ is None:
         raise SystemExit(f"{name}: no docstring")
-    return [f"        doc: {specgen.rust_str(func.__doc__)},"]
+    return [
+        f"        varargs: {'true' if varargs else 'false'},",
+        f"        kwargs: {'true' if kwargs else 'false'},",
+        f"        doc: {specgen.rust_str(func.__doc__)},",
+    ]
 
 
 if __name__ == "__main__":

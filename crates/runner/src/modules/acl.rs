@@ -42,6 +42,8 @@ pub(crate) static SPECS: &[FunSpec] = &[FunSpec {
             default: Some(ParamDefault::Str("glob")),
         },
     ],
+    varargs: false,
+    kwargs: false,
     doc: r#"
     Explain what the master's access control (publisher_acl, publisher_acl_blacklist,
     sudo_acl) decides when ``user`` runs ``fun`` with ``arg`` on ``tgt``: whether it is
