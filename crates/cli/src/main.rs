@@ -29,8 +29,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-/// Usage errors, as `salt` reports them.
+/// A command line without a target and function, as `salt` reports it.
 const EX_USAGE: u8 = 42;
+/// An option `salt`'s parser does not know (optparse's error: `EX_USAGE` of sysexits).
+const EX_BAD_OPTION: u8 = 64;
 
 /// halite [options] '<target>' <function> [arguments]
 #[derive(Parser, Debug)]
@@ -111,7 +113,7 @@ fn main() -> ExitCode {
     if let Some(code) = event::dispatch() {
         return code;
     }
-    let cli: Cli = match halite_daemon::parse_cli(std::env::args_os(), EX_USAGE) {
+    let cli: Cli = match halite_daemon::parse_cli(std::env::args_os(), EX_BAD_OPTION) {
         Ok(c) => c,
         Err(status) => return status,
     };
