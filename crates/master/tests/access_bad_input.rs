@@ -191,4 +191,9 @@ fn a_thousand_failed_logins_are_refused_while_the_master_keeps_serving() {
         let body = frames.last().unwrap();
         assert_eq!(value::decode(body).unwrap(), s(""), "reply {n}");
     }
+    println!(
+        "{N} failed logins in flight: a minion's test.ping and a right password served in \
+         {served_in:?}; every failure answered {:?} after the flood began",
+        started.elapsed()
+    );
 }
