@@ -4,9 +4,11 @@
 use std::ffi::{c_void, CStr, CString};
 use std::ptr;
 
-use libc::{c_char, c_int};
+use libc::{c_char, c_int, c_uint};
 use nix::unistd::{getgrouplist, Group, User};
-use pam_sys::raw::{pam_acct_mgmt, pam_authenticate, pam_end, pam_start, pam_strerror};
+use pam_sys::raw::{
+    pam_acct_mgmt, pam_authenticate, pam_end, pam_set_item, pam_start, pam_strerror,
+};
 use pam_sys::types::{PamConversation, PamHandle, PamMessage, PamResponse};
 
 use crate::{Backend, Error, Identity};
@@ -19,6 +21,9 @@ const PAM_PROMPT_ECHO_OFF: c_int = 1;
 const PAM_PROMPT_ECHO_ON: c_int = 2;
 const PAM_SILENT: c_int = 0x8000;
 const PAM_DISALLOW_NULL_AUTHTOK: c_int = 0x0001;
+/// Linux-PAM's `PAM_FAIL_DELAY` item: a function PAM calls after a failure instead of
+/// sleeping (`_pam_types.h`).
+const PAM_FAIL_DELAY: c_int = 10;
 /// Linux-PAM's `PAM_MAX_NUM_MSG`: a conversation asking more is refused.
 const PAM_MAX_NUM_MSG: c_int = 32;
 /// Return codes that mean "these credentials do not log in" (a wrong password, an unknown,
@@ -55,8 +60,11 @@ pub(crate) const DEFAULT_SERVICE: &str = "login";
 /// user name, or a name or password containing NUL, is refused without asking PAM.
 ///
 /// Like Salt's, it needs a master that may read `/etc/shadow` (root) to check users other
-/// than the master's own. PAM's own fail delay (`pam_faildelay`, 3 s in Debian's `login`)
-/// applies to failures.
+/// than the master's own. PAM's own fail delay (`pam_faildelay`, 3 s in Debian's `login`) is
+/// not slept on the login thread: the handle's `PAM_FAIL_DELAY` item is a function that
+/// does nothing, so a failure returns at once and the master pads it with
+/// [`crate::FailureDelay`] without holding a thread (a flood of wrong passwords would
+/// otherwise keep every login thread asleep).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PamBackend {
     service: String,
@@ -142,6 +150,17 @@ impl PamBackend {
             handle,
             status: PAM_SUCCESS,
         };
+        let no_delay: extern "C" fn(c_int, c_uint, *mut c_void) = no_fail_delay;
+        // SAFETY: the handle is live; PAM keeps the function pointer, which is 'static.
+        let code = unsafe { pam_set_item(tx.handle, PAM_FAIL_DELAY, no_delay as *const c_void) };
+        if code != PAM_SUCCESS {
+            return Err(Error::Pam {
+                call: "pam_set_item",
+                service: self.service.clone(),
+                code,
+                message: strerror(tx.handle, code),
+            });
+        }
         let flags = PAM_SILENT | PAM_DISALLOW_NULL_AUTHTOK;
         for (call, step) in [
             (
@@ -175,6 +194,9 @@ impl PamBackend {
         Ok(true)
     }
 }
+
+/// PAM's fail-delay hook: the master pads failures itself (see [`PamBackend`]).
+extern "C" fn no_fail_delay(_status: c_int, _delay_usec: c_uint, _appdata: *mut c_void) {}
 
 /// What the conversation answers. The password is overwritten when dropped.
 struct Answers {
@@ -358,7 +380,15 @@ mod tests {
         let groups = id.groups.expect("pam reports groups");
         assert_eq!(groups.first().map(String::as_str), Some(name), "{groups:?}");
 
+        // Debian's `login` service sleeps 3 s after a failure (pam_faildelay); the hook
+        // returns at once instead (the master pads failures without holding a thread).
+        let started = std::time::Instant::now();
         assert_eq!(pam.authenticate(name, "wrong").unwrap(), None);
+        assert!(
+            started.elapsed() < std::time::Duration::from_millis(2500),
+            "a failure took {:?}",
+            started.elapsed()
+        );
         assert_eq!(
             pam.authenticate("halpam-nobody", "Corr3ct-horse").unwrap(),
             None
