@@ -50,6 +50,10 @@ const TYPED: &[&str] = &[
     "publish_signing_algorithm",
     "cluster_encryption_algorithm",
     "conf_file",
+    "master_sign_pubkey",
+    "master_sign_key_name",
+    "master_use_pubkey_signature",
+    "master_pubkey_signature",
 ];
 
 /// A loaded salt-master configuration.
@@ -139,6 +143,18 @@ pub struct MasterConfig {
     pub cluster_encryption_algorithm: EncryptionAlgorithm,
     /// `conf_file`: the main file if it was read, else Salt's default `/etc/salt/master`.
     pub conf_file: PathBuf,
+    /// `master_sign_pubkey` (false): sign the master public key in every auth reply.
+    pub master_sign_pubkey: bool,
+    /// `master_sign_key_name` (`master_sign`): the signing pair is `<name>.pem/.pub` in
+    /// `pki_dir`.
+    pub master_sign_key_name: String,
+    /// `master_use_pubkey_signature` (false): with `master_sign_pubkey`, send the signature
+    /// read from [`MasterConfig::master_pubkey_signature`] instead of signing.
+    pub master_use_pubkey_signature: bool,
+    /// `master_pubkey_signature`: the signature file's name in `pki_dir`. Unset or empty
+    /// means `<id>_pubkey_signature` (3008.3's `MasterKeys`; older Salt and salt-key's help
+    /// text say `master_pubkey_signature`).
+    pub master_pubkey_signature: String,
     /// Every option as a msgpack map (Salt's `opts`).
     pub raw: Value,
     origins: Origins,
@@ -299,6 +315,11 @@ impl MasterConfig {
             None | Some(Value::Nil) => None,
             Some(_) => Some(reader.log_level("log_level_logfile")?),
         };
+        // `opts.get("master_pubkey_signature") or f"{opts['id']}_pubkey_signature"`.
+        let master_pubkey_signature = reader
+            .opt_string("master_pubkey_signature")?
+            .filter(|name| !name.is_empty())
+            .unwrap_or_else(|| format!("{id}_pubkey_signature"));
         let config = MasterConfig {
             id,
             id_source,
@@ -345,6 +366,10 @@ impl MasterConfig {
             publish_signing_algorithm,
             cluster_encryption_algorithm,
             conf_file: PathBuf::from(reader.string("conf_file")?),
+            master_sign_pubkey: reader.boolean("master_sign_pubkey")?,
+            master_sign_key_name: reader.string("master_sign_key_name")?,
+            master_use_pubkey_signature: reader.boolean("master_use_pubkey_signature")?,
+            master_pubkey_signature,
             raw: Value::Nil,
             origins: Origins::default(),
             warnings: Vec::new(),
@@ -447,5 +472,46 @@ pub(crate) fn join_return_list(opts: &mut OptMap) {
         let joined: Vec<String> = items.iter().map(crate::pyval::py_str).collect();
         let joined = joined.join(",");
         opts.set("return", Value::from(joined));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(yaml: &str) -> Result<MasterConfig, ConfigError> {
+        MasterConfig::from_yaml_str(yaml, Path::new("/m/master"))
+    }
+
+    #[test]
+    fn signing_options_default_like_salt_3008() {
+        let cfg = load("id: mm_master\n").unwrap();
+        assert!(!cfg.master_sign_pubkey);
+        assert_eq!(cfg.master_sign_key_name, "master_sign");
+        assert!(!cfg.master_use_pubkey_signature);
+        assert_eq!(cfg.master_pubkey_signature, "mm_master_pubkey_signature");
+        assert_eq!(cfg.get("master_pubkey_signature"), Some(&Value::Nil));
+    }
+
+    #[test]
+    fn signing_options_are_read_and_an_empty_signature_name_means_the_default() {
+        let cfg = load(
+            "id: mm\nmaster_sign_pubkey: True\nmaster_sign_key_name: signer\n\
+             master_use_pubkey_signature: true\nmaster_pubkey_signature: mm.sig\n",
+        )
+        .unwrap();
+        assert!(cfg.master_sign_pubkey && cfg.master_use_pubkey_signature);
+        assert_eq!(cfg.master_sign_key_name, "signer");
+        assert_eq!(cfg.master_pubkey_signature, "mm.sig");
+        let cfg = load("id: mm\nmaster_pubkey_signature: ''\n").unwrap();
+        assert_eq!(cfg.master_pubkey_signature, "mm_pubkey_signature");
+    }
+
+    #[test]
+    fn signing_switches_must_be_booleans() {
+        for option in ["master_sign_pubkey", "master_use_pubkey_signature"] {
+            let err = load(&format!("{option}: 'yes'\n")).unwrap_err();
+            assert!(err.to_string().contains(option), "{err}");
+        }
     }
 }

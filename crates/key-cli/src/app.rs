@@ -10,7 +10,8 @@ use halite_keystore::{
     fnmatch, key_fingerprint, sort_ignorecase, Action, Include, KeyState, KeyStore,
 };
 use halite_output::{OutputIndent, OutputOptions, Outputter};
-use halite_proto::Value;
+use halite_proto::rsa::{PrivateKey, PublicKey, SigAlgo};
+use halite_proto::{signing, Value};
 use std::collections::HashSet;
 use std::io::{self, BufRead, IsTerminal, Write};
 use std::path::{Path, PathBuf};
@@ -28,14 +29,7 @@ const HELP: &str = include_str!("help.txt");
 /// `--list` arguments salt-key accepts (any text starting with one of these).
 const LIST_PREFIXES: [&str; 6] = ["acc", "pre", "un", "rej", "den", "all"];
 /// Options Halite does not implement; they are refused rather than ignored.
-const UNSUPPORTED: [&str; 6] = [
-    "saltfile",
-    "eauth",
-    "mktoken",
-    "username",
-    "password",
-    "gen_signature",
-];
+const UNSUPPORTED: [&str; 5] = ["saltfile", "eauth", "mktoken", "username", "password"];
 
 /// Runs salt-key with `argv` (without the program name) and returns the exit code.
 pub fn run(argv: &[String]) -> i32 {
@@ -253,6 +247,7 @@ fn truthy(v: &Value) -> bool {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Command {
     GenKeys(String),
+    GenSignature,
     List(String),
     Print(String),
     Change(Action, String),
@@ -266,6 +261,8 @@ fn command(opts: &Options) -> Command {
     let text = |dest: &str| opts.text(dest).to_owned();
     if !opts.text("gen_keys").is_empty() {
         Command::GenKeys(text("gen_keys"))
+    } else if opts.flag("gen_signature") {
+        Command::GenSignature
     } else if !opts.text("list").is_empty() {
         Command::List(text("list"))
     } else if opts.flag("list_all") {
@@ -328,6 +325,7 @@ impl KeyCli<'_> {
     fn run(&self, cmd: Command) {
         let result = match cmd {
             Command::GenKeys(name) => self.gen_keys(&name),
+            Command::GenSignature => self.gen_signature(),
             Command::List(m) => self.list(&m),
             Command::Print(m) => self.print_keys(&m),
             Command::Finger(m) => self.finger(&m),
@@ -350,13 +348,90 @@ impl KeyCli<'_> {
     }
 
     /// `--gen-keys NAME`: `<NAME>.pem` and `<NAME>.pub` in `--gen-keys-dir`; an existing
-    /// pair is kept. Deviations: Salt 3008.3 also creates master keys in that directory and
-    /// then crashes printing the fingerprint (exit code 0, traceback on stderr); Halite only
-    /// writes the requested pair and prints nothing.
+    /// pair is kept. Prints `return:` and the SHA-256 fingerprint of the public key's PEM,
+    /// which is what Salt 3008.3 means to print (`pem_finger(key=priv.public_key())`, the
+    /// same digest `-F` shows for a `.pub` file). Deviations: Salt 3008.3 crashes computing
+    /// that fingerprint (exit code 0, traceback on stderr) and also creates master keys in
+    /// that directory; Halite only writes the requested pair.
     fn gen_keys(&self, name: &str) -> Result<(), Failure> {
         let dir = self.opts.string("gen_keys_dir").unwrap_or(".");
-        KeyStore::at(dir).find_or_create_pair(name, self.keysize)?;
-        Ok(())
+        let key = KeyStore::at(dir).find_or_create_pair(name, self.keysize)?;
+        let public = key
+            .public_key()
+            .and_then(|p| p.to_pem())
+            .map_err(|e| Failure::Other(e.to_string()))?;
+        let finger = finger_of(&public, "sha256")?;
+        Ok(self.display.returned(Value::from(finger))?)
+    }
+
+    /// `--gen-signature [--auto-create] [--priv FILE] [--pub FILE] [--signature-path DIR]`
+    /// (`Key.gen_keys_signature`, `MasterKeys.gen_signature`): signs the master public key
+    /// (`pki_dir/master.pub` unless `--pub`) with the signing key (`--priv`, else
+    /// `pki_dir/<master_sign_key_name>.pem`, created with `--auto-create`) and writes
+    /// `b2a_base64(signature)` to `<--signature-path or pki_dir>/<master_pubkey_signature>`
+    /// (default `<id>_pubkey_signature`), mode 0400. Prints `return: True`, `return: False`
+    /// (the file exists: kept, ERROR logged) or Salt's message.
+    ///
+    /// Deviations from Salt 3008.3, each its documented intent: the default signing key is
+    /// `<master_sign_key_name>.pem`, the pair the master signs with (Salt looks for
+    /// `master_sign.pem` whatever the name, and `--auto-create` then regenerates
+    /// `<name>.pem` over an existing one); `--auto-create` never replaces an existing pair;
+    /// the master's own key pair is not created as a side effect; and a configuration with
+    /// `master_use_pubkey_signature` does not stop the command (Salt exits 1 because the
+    /// signature it was asked to create is missing).
+    fn gen_signature(&self) -> Result<(), Failure> {
+        let ret = self.make_signature()?;
+        Ok(self.display.returned(ret)?)
+    }
+
+    fn make_signature(&self) -> Result<Value, Failure> {
+        let pki = &self.cfg.pki_dir;
+        let given = |dest: &str| self.opts.string(dest).filter(|p| !p.is_empty());
+        let public = match given("pub") {
+            Some(p) if !Path::new(p).is_file() => {
+                return Ok(Value::from(format!("Public-key {p} does not exist")));
+            }
+            Some(p) => Some(PathBuf::from(p)),
+            None => Some(pki.join("master.pub")).filter(|p| p.is_file()),
+        };
+        let sign_name = &self.cfg.master_sign_key_name;
+        let private = match given("priv") {
+            Some(p) if !Path::new(p).is_file() => {
+                return Ok(Value::from(format!("Private-key {p} does not exist")));
+            }
+            Some(p) => Some(PathBuf::from(p)),
+            None => Some(pki.join(format!("{sign_name}.pem"))).filter(|p| p.is_file()),
+        };
+        let sign_key = match private {
+            Some(path) => PrivateKey::from_pem(&std::fs::read(&path)?)
+                .map_err(|e| Failure::Other(format!("{}: {e}", path.display())))?,
+            None if self.opts.flag("auto_create") => {
+                self.store.find_or_create_pair(sign_name, self.keysize)?
+            }
+            None => return Ok(Value::from("No usable private-key found")),
+        };
+        let Some(public) = public else {
+            return Ok(Value::from("No usable public-key found"));
+        };
+        // Salt loads the key and signs its SubjectPublicKeyInfo PEM, whatever the file holds.
+        let master_pub = PublicKey::from_pem(&std::fs::read(&public)?)
+            .and_then(|k| k.to_pem())
+            .map_err(|e| Failure::Other(format!("{}: {e}", public.display())))?;
+        let algo = SigAlgo::parse(self.cfg.publish_signing_algorithm.as_str())
+            .map_err(|e| Failure::Other(e.to_string()))?;
+        let text = signing::signature_file_text(&sign_key, &master_pub, algo)
+            .map_err(|e| Failure::Other(e.to_string()))?;
+        let name = &self.cfg.master_pubkey_signature;
+        let (target, shown) = match given("signature_path") {
+            Some(dir) => (KeyStore::at(dir), format!("{dir}/{name}")),
+            None => (self.store.clone(), name.clone()),
+        };
+        if !target.write_pubkey_signature(name, &text)? {
+            self.log
+                .error(&format!("{shown} already exists at expected location"));
+            return Ok(Value::Boolean(false));
+        }
+        Ok(Value::Boolean(true))
     }
 
     /// `-L`, `-l STATE` (`Key.list_status`).
@@ -633,6 +708,11 @@ mod tests {
             ),
             (&["-P", "-l", "acc"], Command::List("acc".into())),
             (&["--gen-keys", "k", "-L"], Command::GenKeys("k".into())),
+            (
+                &["--gen-keys", "k", "--gen-signature"],
+                Command::GenKeys("k".into()),
+            ),
+            (&["-L", "--gen-signature"], Command::GenSignature),
             (&["-F"], Command::Finger("*".into())),
         ];
         for (args, want) in cases {

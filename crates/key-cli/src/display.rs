@@ -44,6 +44,15 @@ impl Display {
         self.emit(&text)
     }
 
+    /// Prints a command's non-dict result as `display_output({"return": ret}, "key", opts)`
+    /// does: the `key` outputter cannot show it, so Salt falls back to `nested`
+    /// (`return:` then the value indented), unless `--out` chose another outputter.
+    pub fn returned(&self, ret: Value) -> io::Result<()> {
+        let out = self.outputter.unwrap_or(Outputter::Nested);
+        let data = Value::Map(vec![(Value::from("return"), ret)]);
+        self.emit(&halite_output::render(out, &data, &self.options))
+    }
+
     /// Prints an error string the way salt-key shows a `SaltException` (the nested
     /// outputter, unless `--out` chose another).
     pub fn message(&self, text: &str) -> io::Result<()> {

@@ -409,7 +409,13 @@ fn gen_keys_writes_a_private_and_public_key() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0));
-    assert_eq!(out.stdout, b"");
+    // What salt-key 3008.3 means to print before it crashes: the public key's fingerprint.
+    let public = fs::read_to_string(keys.join("foo.pub")).unwrap();
+    let finger = halite_keystore::key_fingerprint(&public, "sha256").unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("return:\n    {finger}\n")
+    );
     let pem = fs::read_to_string(keys.join("foo.pem")).unwrap();
     assert!(pem.starts_with("-----BEGIN RSA PRIVATE KEY-----"));
     assert_eq!(PrivateKey::from_pem(pem.as_bytes()).unwrap().bits(), 2048);
@@ -420,4 +426,184 @@ fn gen_keys_writes_a_private_and_public_key() {
             "{name}"
         );
     }
+}
+
+/// Salt's own minion-side check (`salt.crypt.verify_signature`, as `verify_pubkey_sig` calls
+/// it) of the signature file `sig_file` against the clean master public key `master_pub`,
+/// with the signing public key `sign_pub`.
+fn stock_verifies(sig_file: &Path, sign_pub: &Path, master_pub: &Path) -> bool {
+    let script = "import binascii, sys, salt.crypt\n\
+                  sig = binascii.a2b_base64(open(sys.argv[1], 'rb').read())\n\
+                  msg = salt.crypt.clean_key(open(sys.argv[3]).read())\n\
+                  ok = salt.crypt.verify_signature(sys.argv[2], msg, sig, algorithm='PKCS1v15-SHA1')\n\
+                  print(ok)\n";
+    let out = Command::new(halite_testkit::salt_venv().join("bin/python3"))
+        .arg("-c")
+        .arg(script)
+        .arg(sig_file)
+        .arg(sign_pub)
+        .arg(master_pub)
+        .output()
+        .expect("the stock venv's python runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim() == "True"
+}
+
+#[test]
+fn gen_signature_refusals_match_stock() {
+    for args in [
+        &["--gen-signature"][..],
+        &["--gen-signature", "--priv", "/nonexistent/sign.pem"],
+        &["--gen-signature", "--pub", "/nonexistent/master.pub"],
+        &["--gen-signature", "--out", "json"],
+    ] {
+        same_as_stock(args, None);
+    }
+}
+
+/// `--gen-signature --auto-create` on both: same output, same file names and modes (the
+/// signing pairs are random), and each signature verifies with its own `master_sign.pub`
+/// under Salt's own check; a second run refuses to overwrite, with Salt's ERROR line.
+#[test]
+fn gen_signature_matches_stock_and_both_signatures_verify() {
+    let stock_dir = tempfile::tempdir().unwrap();
+    let halite_dir = tempfile::tempdir().unwrap();
+    fixture(stock_dir.path());
+    fixture(halite_dir.path());
+    let bins = [stock_salt_key(), PathBuf::from(HALITE_KEY)];
+    let dirs = [stock_dir.path(), halite_dir.path()];
+    let shape = |o: &Outcome| -> Vec<(String, String)> {
+        o.files
+            .iter()
+            .map(|(k, v)| (k.clone(), v.split(" [").next().unwrap_or(v).to_owned()))
+            .collect()
+    };
+    for args in [
+        &["--gen-signature", "--auto-create"][..],
+        &["--gen-signature", "--auto-create"],
+        &["--gen-signature", "--signature-path", "SIGS"],
+        &["--gen-signature", "--signature-path", "SIGS"],
+    ] {
+        let mut outs = Vec::new();
+        for (bin, dir) in bins.iter().zip(dirs) {
+            let sigs = dir.join("pki/sigs");
+            let args: Vec<&str> = args
+                .iter()
+                .map(|a| {
+                    if *a == "SIGS" {
+                        sigs.to_str().unwrap()
+                    } else {
+                        a
+                    }
+                })
+                .collect();
+            outs.push(run(bin, dir, &args, None));
+        }
+        let (stock, halite) = (&outs[0], &outs[1]);
+        assert_eq!(halite.code, stock.code, "{args:?}");
+        assert_eq!(halite.stdout, stock.stdout, "{args:?}");
+        assert_eq!(halite.stderr, stock.stderr, "{args:?}");
+        assert_eq!(shape(halite), shape(stock), "{args:?}");
+    }
+    for dir in dirs {
+        let pki = dir.join("pki");
+        let sign_pub = pki.join("master_sign.pub");
+        let master_pub = pki.join("master.pub");
+        for sig in [
+            pki.join("testm_master_pubkey_signature"),
+            pki.join("sigs/testm_master_pubkey_signature"),
+        ] {
+            assert!(
+                stock_verifies(&sig, &sign_pub, &master_pub),
+                "{}",
+                sig.display()
+            );
+            assert_eq!(
+                fs::metadata(&sig).unwrap().permissions().mode() & 0o777,
+                0o400
+            );
+        }
+    }
+    let out = run(
+        Path::new(HALITE_KEY),
+        halite_dir.path(),
+        &["--gen-signature"],
+        None,
+    );
+    assert_eq!(
+        out.stderr,
+        ["[ERROR   ] testm_master_pubkey_signature already exists at expected location"]
+    );
+    assert_eq!(out.stdout, "return:\n    False\n");
+}
+
+/// The signing key and public key can come from anywhere (`--priv`, `--pub`).
+#[test]
+fn gen_signature_signs_given_files() {
+    let dir = tempfile::tempdir().unwrap();
+    fixture(dir.path());
+    let signer = PrivateKey::generate(2048).unwrap();
+    let priv_path = dir.path().join("offline.pem");
+    let sign_pub = dir.path().join("offline.pub");
+    fs::write(&priv_path, signer.to_pem().unwrap()).unwrap();
+    fs::write(&sign_pub, signer.public_key().unwrap().to_pem().unwrap()).unwrap();
+    let master_pub = dir.path().join("other_master.pub");
+    fs::write(&master_pub, &material().master_pub).unwrap();
+    let out = run(
+        Path::new(HALITE_KEY),
+        dir.path(),
+        &[
+            "--gen-signature",
+            "--priv",
+            priv_path.to_str().unwrap(),
+            "--pub",
+            master_pub.to_str().unwrap(),
+        ],
+        None,
+    );
+    assert_eq!(out.stdout, "return:\n    True\n", "{out:?}");
+    let sig = dir.path().join("pki/testm_master_pubkey_signature");
+    assert!(stock_verifies(&sig, &sign_pub, &master_pub));
+    assert!(
+        !dir.path().join("pki/master_sign.pem").exists(),
+        "no signing pair is created when --priv is given"
+    );
+}
+
+/// With `master_sign_key_name`, the pair the master signs with is used and `--auto-create`
+/// never replaces it (Salt would look for `master_sign.pem` and regenerate `<name>.pem`).
+#[test]
+fn gen_signature_uses_and_keeps_the_named_signing_pair() {
+    let dir = tempfile::tempdir().unwrap();
+    fixture(dir.path());
+    let mut cfg = fs::OpenOptions::new()
+        .append(true)
+        .open(dir.path().join("master"))
+        .unwrap();
+    cfg.write_all(b"master_sign_key_name: signer\nmaster_pubkey_signature: sig.b64\n")
+        .unwrap();
+    let pki = dir.path().join("pki");
+    let args = ["--gen-signature", "--auto-create"];
+    let out = run(Path::new(HALITE_KEY), dir.path(), &args, None);
+    assert_eq!(out.stdout, "return:\n    True\n", "{out:?}");
+    assert!(!pki.join("master_sign.pem").exists());
+    let pem = fs::read(pki.join("signer.pem")).unwrap();
+    assert!(stock_verifies(
+        &pki.join("sig.b64"),
+        &pki.join("signer.pub"),
+        &pki.join("master.pub")
+    ));
+    fs::remove_file(pki.join("sig.b64")).unwrap();
+    let out = run(Path::new(HALITE_KEY), dir.path(), &args, None);
+    assert_eq!(out.stdout, "return:\n    True\n", "{out:?}");
+    assert_eq!(fs::read(pki.join("signer.pem")).unwrap(), pem);
+    assert!(stock_verifies(
+        &pki.join("sig.b64"),
+        &pki.join("signer.pub"),
+        &pki.join("master.pub")
+    ));
 }

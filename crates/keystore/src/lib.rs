@@ -5,8 +5,11 @@
 //! `minions_denied/` (a key that was presented for an id whose key differs). The file holds
 //! the PEM public key in `clean_key` form (no trailing newline), mode 0600. The master's own
 //! pair is `<master_id>.pem`/`.pub` with `master.pem`/`master.pub` symlinks
-//! ([`KeyStore::load_or_create_master_keys`]). A stock salt-master or salt-key can work on the
-//! same directory.
+//! ([`KeyStore::load_or_create_master_keys`]). With `master_sign_pubkey` the directory also
+//! holds the signing pair `<master_sign_key_name>.pem/.pub` ([`KeyStore::find_or_create_pair`])
+//! and the signature file `salt-key --gen-signature` writes
+//! ([`KeyStore::write_pubkey_signature`], [`KeyStore::read_pubkey_signature`]). A stock
+//! salt-master or salt-key can work on the same directory.
 //!
 //! What this crate does not do: keep an index, cache, watch the directory or fire events. Every
 //! call goes to the file system; the master layers its in-memory index on top and re-reads on
@@ -30,6 +33,7 @@ mod fnmatch;
 mod fsio;
 mod master;
 mod select;
+mod signing;
 
 pub use fnmatch::fnmatch;
 pub use halite_proto::auth::KeyState;
@@ -48,6 +52,9 @@ pub enum Error {
     /// The id is not a valid minion id (`valid_id`), so it is not used as a path.
     #[error("{0:?} is not a valid minion id")]
     InvalidId(String),
+    /// A file name (the signature file's) that is not a relative path inside its directory.
+    #[error("{0:?} is not a file name inside the key directory")]
+    InvalidName(String),
     /// A file-system operation failed.
     #[error("{}: {source}", path.display())]
     Io {

@@ -67,6 +67,7 @@ impl KeyStore {
             return parse_private(&pem_path, &text);
         }
         crate::fsio::ensure_dir(&self.pki_dir, 0o700)?;
+        tracing::info!("Generating key-pair for {}", pem_path.display());
         let key = PrivateKey::generate(keysize).map_err(|source| Error::Key {
             path: pem_path.clone(),
             source,

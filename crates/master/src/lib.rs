@@ -91,6 +91,9 @@ pub enum Error {
     /// The eauth token store could not be opened.
     #[error("eauth tokens: {0}")]
     Tokens(#[from] halite_token::Error),
+    /// `master_use_pubkey_signature` is on but the signature file is missing or empty.
+    #[error("no usable master public-key signature at {}", .0.display())]
+    PubkeySignature(std::path::PathBuf),
 }
 
 /// The master's shared state, used by every request worker.
@@ -98,6 +101,8 @@ pub struct Master {
     cfg: MasterConfig,
     key: PrivateKey,
     pub_clean: String,
+    /// `pub_sig` for auth replies when `master_sign_pubkey` is on.
+    pub_sig: Option<halite_proto::signing::PubKeySignature>,
     keys: KeyIndex,
     sessions: Sessions,
     publisher: Publisher,
@@ -148,7 +153,8 @@ pub struct Parts {
 
 impl Master {
     /// A master from its config and parts: opens the pki directory (making the master key
-    /// pair when missing), the session keys, and writes the local users' client keys.
+    /// pair, and with `master_sign_pubkey` the signing pair, when missing, or reading the
+    /// precomputed signature), the session keys, and writes the local users' client keys.
     /// The directories of [`prepare_dirs`] must exist.
     pub fn new(cfg: MasterConfig, parts: Parts) -> Result<Arc<Master>, Error> {
         let store = KeyStore::open(&cfg.pki_dir).map_err(|e| Error::Keys(e.to_string()))?;
@@ -156,6 +162,7 @@ impl Master {
         let (key, pub_clean) = store
             .load_or_create_master_keys(&master_id, cfg.keysize)
             .map_err(|e| Error::Keys(e.to_string()))?;
+        let pub_sig = handlers::auth::pub_key_signature(&cfg, &store, &pub_clean)?;
         let signer = cfg.sign_pub_messages.then(|| {
             let algo = SigAlgo::parse(cfg.publish_signing_algorithm.as_str())
                 .unwrap_or(SigAlgo::Pkcs1v15Sha1);
@@ -184,6 +191,7 @@ impl Master {
             keys: KeyIndex::load(store),
             key,
             pub_clean,
+            pub_sig,
             publisher,
             transport: parts.transport,
             events: parts.events,

@@ -1,10 +1,10 @@
 //! Request, reply and publish envelopes of the ZeroMQ channels (salt-protocol.md §3–§5).
 //!
 //! Master side: [`Request::parse`] classifies a body received on the request port;
-//! [`AuthRequest`] reads `_auth`; [`accept_reply`] / [`ret_reply`] build the signed clear
-//! replies; [`open_aes_request`] decrypts a v3 request with the minion's session key;
-//! [`seal_reply`] and [`pillar_reply`] encrypt answers; [`publish_frame`] builds one frame for
-//! the publish port.
+//! [`AuthRequest`] reads `_auth`; [`accept_reply`] (with `pub_sig`: [`accept_reply_with`]) /
+//! [`ret_reply`] build the signed clear replies; [`open_aes_request`] decrypts a v3 request
+//! with the minion's session key; [`seal_reply`] and [`pillar_reply`] encrypt answers;
+//! [`publish_frame`] builds one frame for the publish port.
 
 use crate::crypticle::Crypticle;
 use crate::rsa::{EncAlgo, PrivateKey, PublicKey, SigAlgo};
@@ -207,11 +207,27 @@ pub fn accept_reply(
     req: &AuthRequest,
     keys: &AcceptKeys<'_>,
 ) -> Result<Value> {
+    accept_reply_with(master, minion_pub, req, keys, None)
+}
+
+/// [`accept_reply`] of a master with `master_sign_pubkey`: `pub_sig` (from
+/// [`crate::signing::PubKeySignature::value`]) goes right after `publish_port`, where Salt
+/// puts it. `None` is exactly [`accept_reply`].
+pub fn accept_reply_with(
+    master: &PrivateKey,
+    minion_pub: &PublicKey,
+    req: &AuthRequest,
+    keys: &AcceptKeys<'_>,
+    pub_sig: Option<Value>,
+) -> Result<Value> {
     let mut inner = vec![
         (s("enc"), s("pub")),
         (s("pub_key"), s(keys.master_pub)),
         (s("publish_port"), Value::from(keys.publish_port)),
     ];
+    if let Some(sig) = pub_sig {
+        inner.push((s("pub_sig"), sig));
+    }
     if let Some(tok) = &req.token {
         if let Ok(plain) = master.decrypt(tok, req.enc_algo) {
             inner.push((s("token"), bin(minion_pub.encrypt(&plain, req.enc_algo)?)));
@@ -425,6 +441,68 @@ mod tests {
             .unwrap();
         assert_eq!(digest, sha256_hex(aes.as_bytes()).as_bytes());
         assert_eq!(value::get_str(&inner, "nonce"), Some(&*"0".repeat(32)));
+    }
+
+    #[test]
+    fn signing_master_puts_pub_sig_after_publish_port_and_it_verifies() {
+        let (master, minion) = keys();
+        let signer = PrivateKey::generate(2048).unwrap();
+        let mut load = auth_load(minion);
+        value::set(&mut load, "sig_algo", s("PKCS1v15-SHA224"));
+        let req = AuthRequest::parse(&load).unwrap();
+        let aes = crate::crypticle::generate_key_string();
+        let session = crate::crypticle::generate_key_string();
+        let mpub = crate::pem::clean_key(&master.public_key().unwrap().to_pem().unwrap());
+        let pub_sig = crate::signing::PubKeySignature::computed(signer.clone(), &mpub)
+            .value(req.sig_algo)
+            .unwrap();
+        let reply = accept_reply_with(
+            master,
+            &minion.public_key().unwrap(),
+            &req,
+            &AcceptKeys {
+                master_pub: &mpub,
+                publish_port: 4505,
+                aes: &aes,
+                session: &session,
+                aes_sig: &aes_key_sig(master, &aes).unwrap(),
+            },
+            Some(pub_sig),
+        )
+        .unwrap();
+        let load = value::get_bytes(&reply, "load").unwrap();
+        assert!(master.public_key().unwrap().verify(
+            load,
+            value::get_bytes(&reply, "sig").unwrap(),
+            SigAlgo::Pkcs1v15Sha224
+        ));
+        let inner = value::decode(load).unwrap();
+        let Value::Map(pairs) = &inner else {
+            panic!("inner load is not a map")
+        };
+        let keys: Vec<_> = pairs
+            .iter()
+            .map(|(k, _)| value::str_of(k).unwrap().to_owned())
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "enc",
+                "pub_key",
+                "publish_port",
+                "pub_sig",
+                "aes",
+                "session",
+                "sig",
+                "nonce"
+            ]
+        );
+        assert!(crate::signing::verify_master_pub(
+            &signer.public_key().unwrap(),
+            value::get_str(&inner, "pub_key").unwrap(),
+            value::get_bytes(&inner, "pub_sig").unwrap(),
+            SigAlgo::Pkcs1v15Sha224,
+        ));
     }
 
     #[test]

@@ -4,8 +4,8 @@
 //! expressed as pure functions or state machines: msgpack with Salt's str/bin rules
 //! ([`value`]), the Crypticle symmetric envelope ([`crypticle`]), the three RSA schemes Salt
 //! mixes ([`rsa`]), PEM normalisation and fingerprints ([`pem`]), job ids ([`jid`]), the
-//! request/publish envelopes ([`envelope`]), the master's `_auth` decision ([`auth`]) and the
-//! event-bus framing ([`event`]).
+//! request/publish envelopes ([`envelope`]), the master's `_auth` decision ([`auth`]), signed
+//! master public keys ([`signing`]) and the event-bus framing ([`event`]).
 //!
 //! What it deliberately does not do: open sockets, read files or the clock. Callers pass
 //! `now`, key material and key state in; every function returns data or an [`Error`].
@@ -25,6 +25,7 @@ pub mod jid;
 pub mod minion;
 pub mod pem;
 pub mod rsa;
+pub mod signing;
 pub mod value;
 
 pub use rmpv::Value;

@@ -3,14 +3,96 @@
 //! The decision itself is pure (`halite_proto::auth::decide`); this module reads the stored
 //! key, the `autosign_file`/`autoreject_file` lists, persists what the decision says, signs
 //! the reply and fires `salt/auth`, with Salt's log lines.
+//!
+//! With `master_sign_pubkey`, accepted minions also get `pub_sig`, the signature of the
+//! master public key by the signing pair ([`pub_key_signature`], set up once at start).
+//! Deviation from Salt: the signature is computed once per algorithm and cached, not on
+//! every sign-in (the signed key never changes while the master runs).
 
 use crate::dispatch::bad_load;
 use crate::Master;
+use halite_config::MasterConfig;
+use halite_keystore::KeyStore;
 use halite_proto::auth::{self, Decision, KeyState, Policy, Store};
 use halite_proto::envelope::{self, AcceptKeys, AuthRequest};
+use halite_proto::rsa::{PublicKey, SigAlgo};
+use halite_proto::signing::{self, PubKeySignature};
 use halite_proto::value::s;
 use halite_proto::Value;
 use std::time::SystemTime;
+
+/// The signing half of `MasterKeys._setup_keys`, run once at start: nothing without
+/// `master_sign_pubkey`; with `master_use_pubkey_signature`, the signature file from the pki
+/// directory (missing: Salt's two ERROR lines and a startup error, which exits 1); otherwise
+/// the signing pair `<master_sign_key_name>.pem/.pub`, created (`keysize` bits, 0400) when
+/// missing.
+///
+/// Deviations from Salt: an empty signature file is refused at start (Salt starts and then
+/// fails every sign-in); a precomputed signature that does not verify with a
+/// `<master_sign_key_name>.pub` present in the pki directory is reported at WARNING (it was
+/// made for another master key, so minions will refuse it).
+pub(crate) fn pub_key_signature(
+    cfg: &MasterConfig,
+    store: &KeyStore,
+    master_pub: &str,
+) -> Result<Option<PubKeySignature>, crate::Error> {
+    if !cfg.master_sign_pubkey {
+        return Ok(None);
+    }
+    let keys_err = |e: halite_keystore::Error| crate::Error::Keys(e.to_string());
+    if !cfg.master_use_pubkey_signature {
+        let name = &cfg.master_sign_key_name;
+        let key = store
+            .find_or_create_pair(name, cfg.keysize)
+            .map_err(keys_err)?;
+        tracing::debug!(
+            "Loaded {name} key: {}",
+            store.pki_dir().join(format!("{name}.pem")).display()
+        );
+        return Ok(Some(PubKeySignature::computed(key, master_pub)));
+    }
+    let name = &cfg.master_pubkey_signature;
+    let path = store.pubkey_signature_path(name).map_err(keys_err)?;
+    let text = store.read_pubkey_signature(name).map_err(keys_err)?;
+    let Some(sig) = text.as_deref().and_then(PubKeySignature::precomputed) else {
+        if text.is_some() {
+            tracing::error!("The signature file {} is empty", path.display());
+        } else {
+            tracing::error!(
+                "Signing the master.pub key with a signature is enabled but no signature file found at the defined location {}",
+                path.display()
+            );
+        }
+        tracing::error!(
+            "The signature-file may be either named differently or has to be created with 'salt-key --gen-signature'"
+        );
+        return Err(crate::Error::PubkeySignature(path));
+    };
+    tracing::info!("Read {name}'s signature from {}", path.display());
+    if signature_is_stale(cfg, store, master_pub, text.as_deref().unwrap_or_default()) {
+        tracing::warn!(
+            "The signature in {name} does not verify the master public key with {}.pub; minions verifying it will refuse this master",
+            cfg.master_sign_key_name
+        );
+    }
+    Ok(Some(sig))
+}
+
+/// Whether a precomputed signature fails to verify the master public key with the signing
+/// public key `<master_sign_key_name>.pub` (`publish_signing_algorithm`, what salt-key signs
+/// with). `false` when the master does not have that key (signing may happen elsewhere).
+fn signature_is_stale(cfg: &MasterConfig, store: &KeyStore, master_pub: &str, sig: &str) -> bool {
+    let pub_name = format!("{}.pub", cfg.master_sign_key_name);
+    let Ok(Some(pem)) = store.read_local(&pub_name) else {
+        return false;
+    };
+    let Ok(verify_key) = PublicKey::from_pem(pem.as_bytes()) else {
+        return false;
+    };
+    let algo =
+        SigAlgo::parse(cfg.publish_signing_algorithm.as_str()).unwrap_or(SigAlgo::Pkcs1v15Sha1);
+    !signing::verify_master_pub(&verify_key, master_pub, sig.as_bytes(), algo)
+}
 
 impl Master {
     pub(crate) fn handle_auth(&self, load: &Value) -> Value {
@@ -125,7 +207,14 @@ impl Master {
             session: session.key_string(),
             aes_sig: &aes_sig,
         };
-        envelope::accept_reply(&self.key, &public, req, &keys)
+        let pub_sig = match &self.pub_sig {
+            Some(sig) => {
+                tracing::debug!("Adding pubkey signature to auth-reply");
+                Some(sig.value(req.sig_algo)?)
+            }
+            None => None,
+        };
+        envelope::accept_reply_with(&self.key, &public, req, &keys, pub_sig)
     }
 
     fn log_decision(&self, id: &str, stored: Option<KeyState>, decision: Decision) {
@@ -161,5 +250,260 @@ impl Master {
                     || halite_target::fnmatch::fnmatch(id, line)
                     || self.regex.re_fullmatch(line, id).unwrap_or(false)
             })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::testing::{Events, StoreSink, TestMaster, Wire};
+    use crate::Parts;
+    use halite_proto::pem::clean_key;
+    use halite_proto::rsa::PrivateKey;
+    use halite_proto::value::{self, map};
+    use halite_transport::PeerId;
+    use std::os::unix::fs::PermissionsExt;
+    use std::path::Path;
+    use std::sync::{Arc, OnceLock};
+
+    fn minion_key() -> &'static PrivateKey {
+        static KEY: OnceLock<PrivateKey> = OnceLock::new();
+        KEY.get_or_init(|| PrivateKey::generate(2048).unwrap())
+    }
+
+    /// Signs `id` in with `sig_algo` and answers the inner load of the (accepted) reply.
+    fn sign_in(master: &Master, id: &str, sig_algo: SigAlgo) -> Value {
+        let pub_clean = clean_key(&minion_key().public_key().unwrap().to_pem().unwrap());
+        let body = map([
+            ("enc", s("clear")),
+            (
+                "load",
+                map([
+                    ("cmd", s("_auth")),
+                    ("id", s(id)),
+                    ("nonce", s("0".repeat(32))),
+                    ("enc_algo", s("OAEP-SHA1")),
+                    ("sig_algo", s(sig_algo.name())),
+                    ("pub", s(pub_clean)),
+                ]),
+            ),
+            ("version", Value::from(3)),
+        ]);
+        let reply = master
+            .handle_request(&value::encode(&body), &PeerId(id.as_bytes().to_vec()))
+            .expect("_auth is answered at once");
+        let reply = value::decode(&reply).unwrap();
+        value::decode(value::get_bytes(&reply, "load").expect("a signed reply")).unwrap()
+    }
+
+    fn mode(p: &Path) -> u32 {
+        std::fs::metadata(p).unwrap().permissions().mode() & 0o777
+    }
+
+    #[test]
+    fn signing_master_creates_its_pair_and_signs_with_the_algorithm_asked_for() {
+        let tm = TestMaster::new("master_sign_pubkey: True\n");
+        let pki = tm.master.cfg.pki_dir.clone();
+        for file in ["master_sign.pem", "master_sign.pub"] {
+            assert_eq!(mode(&pki.join(file)), 0o400, "{file}");
+        }
+        let verify =
+            PublicKey::from_pem(&std::fs::read(pki.join("master_sign.pub")).unwrap()).unwrap();
+        let mut seen = Vec::new();
+        for algo in [SigAlgo::Pkcs1v15Sha1, SigAlgo::Pkcs1v15Sha224] {
+            let inner = sign_in(&tm.master, "m1", algo);
+            let pub_key = value::get_str(&inner, "pub_key").unwrap();
+            assert_eq!(pub_key, tm.master.pub_clean);
+            let pub_sig = value::get(&inner, "pub_sig").expect("pub_sig in the reply");
+            assert!(matches!(pub_sig, Value::Binary(_)), "Salt sends bytes");
+            let sig = value::bytes_of(pub_sig).unwrap();
+            assert!(
+                signing::verify_master_pub(&verify, pub_key, sig, algo),
+                "{algo:?}"
+            );
+            seen.push(sig.to_vec());
+        }
+        assert_ne!(seen[0], seen[1], "one signature per algorithm");
+        let again = sign_in(&tm.master, "m2", SigAlgo::Pkcs1v15Sha1);
+        assert_eq!(value::get_bytes(&again, "pub_sig"), Some(&seen[0][..]));
+    }
+
+    #[test]
+    fn custom_signing_key_name_is_used_and_an_existing_pair_kept() {
+        let tm = TestMaster::new("master_sign_pubkey: True\nmaster_sign_key_name: signer\n");
+        let pki = tm.master.cfg.pki_dir.clone();
+        assert!(!pki.join("master_sign.pem").exists());
+        let pem = std::fs::read_to_string(pki.join("signer.pem")).unwrap();
+        let store = KeyStore::at(&pki);
+        pub_key_signature(&tm.master.cfg, &store, &tm.master.pub_clean).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(pki.join("signer.pem")).unwrap(),
+            pem
+        );
+        let verify = PublicKey::from_pem(&std::fs::read(pki.join("signer.pub")).unwrap()).unwrap();
+        let inner = sign_in(&tm.master, "m1", SigAlgo::Pkcs1v15Sha1);
+        assert!(signing::verify_master_pub(
+            &verify,
+            &tm.master.pub_clean,
+            value::get_bytes(&inner, "pub_sig").unwrap(),
+            SigAlgo::Pkcs1v15Sha1
+        ));
+    }
+
+    #[test]
+    fn master_that_does_not_sign_sends_no_pub_sig_and_makes_no_pair() {
+        let tm = TestMaster::new("");
+        let inner = sign_in(&tm.master, "m1", SigAlgo::Pkcs1v15Sha1);
+        assert_eq!(value::get(&inner, "pub_sig"), None);
+        assert!(value::get(&inner, "aes").is_some());
+        assert!(!tm.master.cfg.pki_dir.join("master_sign.pem").exists());
+    }
+
+    /// A master on `root` with `extra` config, built like `TestMaster` but after the test
+    /// prepared its pki directory.
+    fn master_in(root: &Path, extra: &str) -> Result<Arc<Master>, crate::Error> {
+        let yaml = format!(
+            "root_dir: {}\nid: sig_master\nauto_accept: True\n{extra}",
+            root.display()
+        );
+        let cfg = MasterConfig::from_yaml_str(&yaml, &root.join("master")).unwrap();
+        crate::prepare_dirs(&cfg).unwrap();
+        let store = Arc::new(halite_jobcache::RedbJobStore::open(root.join("jobs.redb")).unwrap());
+        Master::new(
+            cfg,
+            Parts {
+                transport: Arc::new(Wire::default()),
+                events: Arc::new(Events::default()),
+                jobs: Arc::new(StoreSink(store.clone())),
+                job_store: store,
+                tokens: Arc::new(
+                    halite_token::RedbTokenStore::open(root.join("tokens.redb")).unwrap(),
+                ),
+            },
+        )
+    }
+
+    const PRECOMPUTED: &str = "master_sign_pubkey: True\nmaster_use_pubkey_signature: True\n";
+
+    #[test]
+    fn precomputed_signature_file_is_sent_as_read_whatever_the_algorithm() {
+        let dir = tempfile::tempdir().unwrap();
+        let pki = dir.path().join("etc/salt/pki/master");
+        let store = KeyStore::open(&pki).unwrap();
+        let (_, master_pub) = store.load_or_create_master_keys("sig", 2048).unwrap();
+        let signer = PrivateKey::generate(2048).unwrap();
+        let text =
+            signing::signature_file_text(&signer, &master_pub, SigAlgo::Pkcs1v15Sha1).unwrap();
+        assert!(store
+            .write_pubkey_signature("sig_master_pubkey_signature", &text)
+            .unwrap());
+        let master = master_in(dir.path(), PRECOMPUTED).unwrap();
+        assert!(
+            !pki.join("master_sign.pem").exists(),
+            "no signing pair is needed on the master"
+        );
+        for algo in [SigAlgo::Pkcs1v15Sha1, SigAlgo::Pkcs1v15Sha224] {
+            let inner = sign_in(&master, "m1", algo);
+            assert_eq!(
+                value::get(&inner, "pub_sig"),
+                Some(&s(text.trim_end())),
+                "the file's clean text, as a string"
+            );
+        }
+        let verify = signer.public_key().unwrap();
+        let inner = sign_in(&master, "m1", SigAlgo::Pkcs1v15Sha1);
+        assert!(signing::verify_master_pub(
+            &verify,
+            value::get_str(&inner, "pub_key").unwrap(),
+            value::get_bytes(&inner, "pub_sig").unwrap(),
+            SigAlgo::Pkcs1v15Sha1
+        ));
+    }
+
+    #[test]
+    fn precomputed_signature_for_another_master_key_is_noticed() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = KeyStore::open(dir.path()).unwrap();
+        let (_, master_pub) = store.load_or_create_master_keys("sig", 2048).unwrap();
+        let cfg = MasterConfig::from_yaml_str(
+            &format!("root_dir: {}\n{PRECOMPUTED}", dir.path().display()),
+            &dir.path().join("master"),
+        )
+        .unwrap();
+        let signer = PrivateKey::generate(2048).unwrap();
+        let sig = |text: &str| {
+            signing::signature_file_text(&signer, text, SigAlgo::Pkcs1v15Sha1).unwrap()
+        };
+        let other_pub = clean_key(&signer.public_key().unwrap().to_pem().unwrap());
+        assert!(
+            !signature_is_stale(&cfg, &store, &master_pub, &sig(&other_pub)),
+            "without master_sign.pub on the master nothing can be checked"
+        );
+        store.find_or_create_pair("master_sign", 2048).unwrap();
+        std::fs::remove_file(dir.path().join("master_sign.pub")).unwrap();
+        std::fs::write(
+            dir.path().join("master_sign.pub"),
+            signer.public_key().unwrap().to_pem().unwrap(),
+        )
+        .unwrap();
+        assert!(!signature_is_stale(
+            &cfg,
+            &store,
+            &master_pub,
+            &sig(&master_pub)
+        ));
+        assert!(signature_is_stale(
+            &cfg,
+            &store,
+            &master_pub,
+            &sig(&other_pub)
+        ));
+    }
+
+    #[test]
+    fn configured_signature_file_name_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let pki = dir.path().join("etc/salt/pki/master");
+        KeyStore::open(&pki)
+            .unwrap()
+            .write_pubkey_signature("mine.sig", "QUJD\n")
+            .unwrap();
+        let master = master_in(
+            dir.path(),
+            &format!("{PRECOMPUTED}master_pubkey_signature: mine.sig\n"),
+        )
+        .unwrap();
+        let inner = sign_in(&master, "m1", SigAlgo::Pkcs1v15Sha1);
+        assert_eq!(value::get_str(&inner, "pub_sig"), Some("QUJD"));
+    }
+
+    #[test]
+    fn missing_or_empty_signature_file_stops_the_master() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = master_in(dir.path(), PRECOMPUTED)
+            .err()
+            .expect("start refused");
+        let path = dir
+            .path()
+            .join("etc/salt/pki/master/sig_master_pubkey_signature");
+        assert!(
+            matches!(&err, crate::Error::PubkeySignature(p) if *p == path),
+            "{err}"
+        );
+        KeyStore::at(path.parent().unwrap())
+            .write_pubkey_signature("sig_master_pubkey_signature", "\n")
+            .unwrap();
+        assert!(matches!(
+            master_in(dir.path(), PRECOMPUTED),
+            Err(crate::Error::PubkeySignature(_))
+        ));
+    }
+
+    #[test]
+    fn use_pubkey_signature_without_sign_pubkey_does_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let master = master_in(dir.path(), "master_use_pubkey_signature: True\n").unwrap();
+        let inner = sign_in(&master, "m1", SigAlgo::Pkcs1v15Sha1);
+        assert_eq!(value::get(&inner, "pub_sig"), None);
     }
 }
