@@ -138,6 +138,22 @@ impl Proc {
             .unwrap_or_else(|e| panic!("cannot reap {}: {e}", self.name))
     }
 
+    /// Freezes the child and its whole tree with SIGSTOP (a hung daemon: its sockets stay
+    /// open and the kernel still queues what peers send, but nothing is read or answered)
+    /// and returns once every process of the tree is stopped (or, inside `vfork`, waits for
+    /// a stopped child). [`Proc::thaw`] resumes it;
+    /// dropping or stopping a frozen `Proc` works as usual.
+    pub fn freeze(&self) {
+        self.group.freeze();
+    }
+
+    /// Resumes a tree frozen with [`Proc::freeze`]: SIGCONT to every live process of it.
+    pub fn thaw(&self) {
+        for s in self.group.track() {
+            send_signal(s.pid, libc::SIGCONT);
+        }
+    }
+
     /// Kills the child and its whole tree at once with SIGKILL (a crash, not a shutdown)
     /// and returns its status.
     pub fn kill(&mut self) -> ExitStatus {
@@ -417,19 +433,18 @@ impl Group {
             .collect()
     }
 
-    /// Stops (SIGSTOP) every live process of the tree and rescans until none is left
-    /// running, so nothing can fork or leave the group while it is being signalled. Returns
-    /// the frozen processes. Gives up after [`KILL_WAIT`] (a process in uninterruptible
-    /// sleep stops only when it leaves the kernel).
+    /// Stops (SIGSTOP) every live process of the tree and rescans until all are
+    /// [`frozen`], so nothing can fork or leave the group while it is being signalled.
+    /// Returns the frozen processes. Gives up after [`KILL_WAIT`] (a process in
+    /// uninterruptible sleep stops only when it leaves the kernel).
     fn freeze(&self) -> Vec<Stat> {
         let mut live = Vec::new();
         wait_until(KILL_WAIT, || {
             live = self.track();
-            let running: Vec<&Stat> = live.iter().filter(|s| !s.is_stopped()).collect();
-            for s in &running {
+            for s in live.iter().filter(|s| !s.is_stopped()) {
                 send_signal(s.pid, libc::SIGSTOP);
             }
-            running.is_empty()
+            frozen(&live)
         });
         live
     }
@@ -492,6 +507,18 @@ fn spawn_watchdog(pgid: i32) -> std::io::Result<(Child, std::io::PipeWriter)> {
     Ok((watchdog, write_end))
 }
 
+/// Whether a tree whose live processes are `live`, each sent SIGSTOP unless stopped, is
+/// frozen: every process is stopped, or is in uninterruptible sleep with a stopped child.
+/// The latter is a parent inside `vfork` (dash runs commands so, Python's `subprocess`
+/// too) whose child was stopped before it could `exec`: the parent shows `D` until the
+/// child execs, which a stopped child never does, and then takes its pending SIGSTOP before
+/// it runs again.
+fn frozen(live: &[Stat]) -> bool {
+    live.iter().all(|s| {
+        s.is_stopped() || (s.state == 'D' && live.iter().any(|c| c.ppid == s.pid && c.is_stopped()))
+    })
+}
+
 fn send_signal(pid: i32, sig: libc::c_int) {
     // SAFETY: kill(2) takes two integers and touches no memory of ours. Failure (ESRCH: the
     // process is already gone) is expected and ignored.
@@ -537,6 +564,13 @@ fn parse_stat(line: &str) -> Option<Stat> {
         pgrp: fields.get(2)?.parse().ok()?,
         start: fields.get(19)?.parse().ok()?,
     })
+}
+
+/// Start time (clock ticks since boot) of the live, non-zombie process `pid`: with the pid,
+/// it names one process for good, as a pid alone may be reused.
+pub(crate) fn start_time(pid: u32) -> Option<u64> {
+    let stat = read_stat(i32::try_from(pid).ok()?)?;
+    (!stat.is_dead()).then_some(stat.start)
 }
 
 fn read_stat(pid: i32) -> Option<Stat> {
@@ -689,6 +723,57 @@ mod tests {
         }
         use std::os::unix::process::ExitStatusExt;
         assert_eq!(proc.stop().signal(), Some(libc::SIGKILL));
+    }
+
+    #[test]
+    fn freeze_stops_the_whole_tree_and_thaw_resumes_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "sleep 600 & echo up; wait"]);
+        let proc = Proc::spawn(cmd, dir.path(), "frozen");
+        wait_for_log(proc.stdout_path(), "up", Duration::from_secs(30));
+        assert!(wait_until(Duration::from_secs(30), || proc.pids().len() >= 2));
+        proc.freeze();
+        let tree = proc.group.track();
+        assert!(tree.len() >= 2, "{tree:?}");
+        assert!(tree.iter().all(Stat::is_stopped), "{tree:?}");
+        proc.thaw();
+        let resumed = wait_until(Duration::from_secs(30), || {
+            proc.group.track().iter().all(|s| !s.is_stopped())
+        });
+        assert!(resumed, "{:?}", proc.group.track());
+        assert!(proc.is_running());
+    }
+
+    #[test]
+    fn a_tree_is_frozen_when_all_are_stopped_but_a_vfork_parent_of_a_stopped_child() {
+        let stat = |pid, state, ppid| Stat {
+            pid,
+            state,
+            ppid,
+            pgrp: 10,
+            start: 1,
+        };
+        assert!(frozen(&[stat(10, 'T', 1), stat(11, 'T', 10)]));
+        assert!(frozen(&[]));
+        // A parent blocked in vfork while its child was stopped before exec.
+        assert!(frozen(&[stat(10, 'D', 1), stat(11, 'T', 10)]));
+        assert!(!frozen(&[stat(10, 'D', 1), stat(11, 'R', 10)]));
+        assert!(!frozen(&[stat(10, 'D', 1), stat(11, 'T', 12)]));
+        assert!(!frozen(&[stat(10, 'S', 1), stat(11, 'T', 10)]));
+        assert!(!frozen(&[stat(10, 'T', 1), stat(11, 'R', 10)]));
+    }
+
+    #[test]
+    fn start_time_names_live_processes_only() {
+        let me = start_time(std::process::id()).unwrap();
+        assert_eq!(Some(me), start_time(std::process::id()));
+        let mut child = Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        // Exited but not reaped: a zombie has no start time here.
+        assert!(wait_until(Duration::from_secs(30), || start_time(pid).is_none()));
+        child.wait().unwrap();
+        assert_eq!(start_time(u32::MAX), None);
     }
 
     #[test]

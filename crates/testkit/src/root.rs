@@ -11,10 +11,17 @@
 //! DIR/procs/<name>.stdout|stderr  output of every Proc started by the starters
 //! ```
 //!
+//! A root is made for a master on 127.0.0.1 with ports from [`free_ports`] ([`TempRoot::new`],
+//! [`TempRoot::with_master_extra`]), or for a master on a host of a network lab
+//! ([`crate::Lab`]) bound to that host's address with Salt's default ports
+//! ([`TempRoot::for_lab_host`]); a minion may name several masters
+//! ([`TempRoot::add_minion_for`]). A multi-master test makes one root per master.
+//!
 //! Configs are Salt-compatible YAML. Caller-provided extra YAML (a mapping) is merged over
 //! the defaults key by key, so extras can override any default (Salt's YAML loader rejects
 //! duplicate keys, so appending would not work).
 
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
 use serde_json::json;
@@ -32,6 +39,11 @@ pub const KEEP_TEMP_ENV: &str = "HALITE_KEEP_TEMP";
 /// tmpfs such as `/dev/shm`, out of reach of the file system's own costs.
 pub const TEMP_BASE_ENV: &str = "HALITE_TEMP_BASE";
 
+/// Salt's default `publish_port`, used by every master of a lab ([`TempRoot::for_lab_host`]).
+pub const SALT_PUBLISH_PORT: u16 = 4505;
+/// Salt's default `ret_port` (a minion's `master_port`), used by every master of a lab.
+pub const SALT_RET_PORT: u16 = 4506;
+
 /// A temp dir with a master config and per-minion configs, removed on drop.
 ///
 /// On drop during a panic, the tails of all logs and process outputs are printed to stderr,
@@ -40,6 +52,7 @@ pub const TEMP_BASE_ENV: &str = "HALITE_TEMP_BASE";
 pub struct TempRoot {
     dir: Option<tempfile::TempDir>,
     path: PathBuf,
+    interface: String,
     publish_port: u16,
     ret_port: u16,
 }
@@ -56,18 +69,38 @@ impl TempRoot {
     /// # Panics
     /// When the directory cannot be created or `extra_yaml` is not a YAML mapping.
     pub fn with_master_extra(extra_yaml: &str) -> TempRoot {
+        let ports = free_ports(2);
+        TempRoot::create(Ipv4Addr::LOCALHOST, ports[0], ports[1], extra_yaml)
+    }
+
+    /// A new root for a master on a lab host ([`crate::Host`]): its config binds
+    /// `interface: <interface>` with Salt's default ports ([`SALT_PUBLISH_PORT`],
+    /// [`SALT_RET_PORT`]), as every lab host has its own network namespace and so its own
+    /// ports, and merges `extra_yaml` over the defaults. Minions added to this root name
+    /// `interface` as their master unless told otherwise ([`TempRoot::add_minion_for`]).
+    ///
+    /// Only a process in the lab host's namespace can reach that master: start it and its
+    /// CLIs with the [`crate::Host`] starters.
+    ///
+    /// # Panics
+    /// As [`TempRoot::with_master_extra`].
+    pub fn for_lab_host(interface: Ipv4Addr, extra_yaml: &str) -> TempRoot {
+        TempRoot::create(interface, SALT_PUBLISH_PORT, SALT_RET_PORT, extra_yaml)
+    }
+
+    fn create(interface: Ipv4Addr, publish_port: u16, ret_port: u16, extra_yaml: &str) -> TempRoot {
         crate::panic_note::install();
         let base = std::env::var_os(TEMP_BASE_ENV).unwrap_or_else(|| "/tmp".into());
         let dir = tempfile::Builder::new()
             .prefix("hl-")
             .tempdir_in(&base)
             .unwrap_or_else(|e| panic!("cannot create a temp dir in {base:?}: {e}"));
-        let ports = free_ports(2);
         let root = TempRoot {
             path: dir.path().to_path_buf(),
             dir: Some(dir),
-            publish_port: ports[0],
-            ret_port: ports[1],
+            interface: interface.to_string(),
+            publish_port,
+            ret_port,
         };
         mkdirs(&root.procs_dir());
         root.write_master_config(extra_yaml);
@@ -105,6 +138,11 @@ impl TempRoot {
         self.master_root().join("log").join("master")
     }
 
+    /// The master's `interface` (`127.0.0.1` unless made by [`TempRoot::for_lab_host`]).
+    pub fn interface(&self) -> &str {
+        &self.interface
+    }
+
     /// The master's `publish_port`.
     pub fn publish_port(&self) -> u16 {
         self.publish_port
@@ -129,7 +167,7 @@ impl TempRoot {
         let root = self.master_root();
         let r = make_config_root(&root);
         let defaults = json!({
-            "interface": "127.0.0.1",
+            "interface": self.interface,
             "publish_port": self.publish_port,
             "ret_port": self.ret_port,
             "user": current_user(),
@@ -156,7 +194,8 @@ impl TempRoot {
     /// (Re)writes the config of minion `id` (`DIR/minion-<id>/minion`): the defaults merged
     /// with `extra_yaml`. Returns its config dir (what `-c` takes). Keeps existing keys.
     ///
-    /// Defaults are tuned for tests: `acceptance_wait_time: 1`, `random_reauth_delay: 0`,
+    /// Defaults are tuned for tests: `master` is this root's [`TempRoot::interface`] and
+    /// `master_port` its `ret_port`, `acceptance_wait_time: 1`, `random_reauth_delay: 0`,
     /// reconnect delays of 100 ms to 1 s without randomisation, debug-level log file, and
     /// `enable_fqdns_grains: false` (the fqdns grain does reverse DNS lookups, which stall on
     /// a machine without DNS).
@@ -165,11 +204,37 @@ impl TempRoot {
     /// When `id` is not a plain name (letters, digits, `.`, `_`, `-`, not starting with `.`),
     /// `extra_yaml` is not a YAML mapping, or a file cannot be written.
     pub fn add_minion_with(&self, id: &str, extra_yaml: &str) -> PathBuf {
+        self.write_minion_config(id, json!(self.interface), extra_yaml)
+    }
+
+    /// [`TempRoot::add_minion_with`] for a minion of the masters at `masters` (lab hosts'
+    /// addresses, all serving on this root's `ret_port`): `master: <ip>` for one,
+    /// `master: [<ip>, ...]` (Salt's multi-master list, in this order) for more. `extra_yaml`
+    /// adds the rest (`master_type: failover`, `master_alive_interval`, ...) and may override
+    /// `master` too (e.g. with a list of one).
+    ///
+    /// # Panics
+    /// When `masters` is empty, and as [`TempRoot::add_minion_with`].
+    pub fn add_minion_for(&self, id: &str, masters: &[Ipv4Addr], extra_yaml: &str) -> PathBuf {
+        let master = match masters {
+            [] => panic!("minion {id} needs at least one master address"),
+            [one] => json!(one.to_string()),
+            many => json!(many.iter().map(Ipv4Addr::to_string).collect::<Vec<_>>()),
+        };
+        self.write_minion_config(id, master, extra_yaml)
+    }
+
+    fn write_minion_config(
+        &self,
+        id: &str,
+        master: serde_json::Value,
+        extra_yaml: &str,
+    ) -> PathBuf {
         let dir = self.minion_config_dir(id);
         let r = make_config_root(&dir);
         let defaults = json!({
             "id": id,
-            "master": "127.0.0.1",
+            "master": master,
             "master_port": self.ret_port,
             "user": current_user(),
             "root_dir": r,
@@ -254,6 +319,7 @@ impl std::fmt::Debug for TempRoot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TempRoot")
             .field("path", &self.path)
+            .field("interface", &self.interface)
             .field("publish_port", &self.publish_port)
             .field("ret_port", &self.ret_port)
             .finish()
@@ -442,6 +508,47 @@ mod tests {
         assert!(get(&conf, "grains").as_mapping().is_some());
         assert!(root.minion_pki_dir("m1").is_dir());
         assert_eq!(root.minion_log("m1"), dir.join("log/minion"));
+    }
+
+    #[test]
+    fn a_lab_root_binds_the_host_address_with_salts_ports_and_its_minions_follow() {
+        let ip = Ipv4Addr::new(10, 77, 3, 1);
+        let root = TempRoot::for_lab_host(ip, "auto_accept: true\n");
+        assert_eq!(root.interface(), "10.77.3.1");
+        let conf = load(&root.master_config_file());
+        assert_eq!(get(&conf, "interface").as_str(), Some("10.77.3.1"));
+        assert_eq!(get(&conf, "ret_port").as_u64(), Some(4506));
+        assert_eq!(get(&conf, "publish_port").as_u64(), Some(4505));
+        assert_eq!(get(&conf, "auto_accept").as_bool(), Some(true));
+        // A restart rewrites the config on the same address.
+        root.write_master_config("");
+        let conf = load(&root.master_config_file());
+        assert_eq!(get(&conf, "interface").as_str(), Some("10.77.3.1"));
+        let conf = load(&root.add_minion("m1").join("minion"));
+        assert_eq!(get(&conf, "master").as_str(), Some("10.77.3.1"));
+        assert_eq!(get(&conf, "master_port").as_u64(), Some(4506));
+    }
+
+    #[test]
+    fn a_minion_for_several_masters_lists_them_in_order() {
+        let root = TempRoot::new();
+        let (a, b) = (Ipv4Addr::new(10, 77, 3, 1), Ipv4Addr::new(10, 77, 3, 2));
+        let dir = root.add_minion_for("m1", &[a, b], "master_type: failover\n");
+        let conf = load(&dir.join("minion"));
+        let masters: Vec<&str> = get(&conf, "master")
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        assert_eq!(masters, ["10.77.3.1", "10.77.3.2"]);
+        assert_eq!(get(&conf, "master_type").as_str(), Some("failover"));
+        let conf = load(&root.add_minion_for("m2", &[b], "").join("minion"));
+        assert_eq!(get(&conf, "master").as_str(), Some("10.77.3.2"));
+        let overridden = root.add_minion_for("m3", &[a], "master: [10.77.3.1]\n");
+        let conf = load(&overridden.join("minion"));
+        assert_eq!(get(&conf, "master").as_sequence().map(Vec::len), Some(1));
+        assert!(std::panic::catch_unwind(|| root.add_minion_for("m4", &[], "")).is_err());
     }
 
     #[test]

@@ -33,21 +33,29 @@ pub fn stock_command(root: &TempRoot, program: &str) -> Command {
 
 /// Starts stock `salt-master -c DIR`.
 pub fn start_stock_master(root: &TempRoot) -> Proc {
-    Proc::spawn(
-        stock_command(root, "salt-master"),
-        &root.procs_dir(),
-        "salt-master",
-    )
-    .with_stop_grace(STOCK_STOP_GRACE)
+    spawn_stock(stock_command(root, "salt-master"), root, "salt-master")
 }
 
 /// Starts stock `salt-minion -c DIR/minion-<id>`, writing a default minion config first if
 /// [`TempRoot::add_minion`] was not called for `id`.
 pub fn start_stock_minion(root: &TempRoot, id: &str) -> Proc {
-    let mut cmd = Command::new(stock_bin("salt-minion"));
+    spawn_stock(
+        minion_command(root, id, &stock_bin("salt-minion")),
+        root,
+        &format!("salt-minion-{id}"),
+    )
+}
+
+/// Spawns a stock daemon's command as a [`Proc`] with [`STOCK_STOP_GRACE`].
+pub(crate) fn spawn_stock(cmd: Command, root: &TempRoot, name: &str) -> Proc {
+    Proc::spawn(cmd, &root.procs_dir(), name).with_stop_grace(STOCK_STOP_GRACE)
+}
+
+/// `<program> -c DIR/minion-<id>`, writing a default minion config first if needed.
+pub(crate) fn minion_command(root: &TempRoot, id: &str, program: &Path) -> Command {
+    let mut cmd = Command::new(program);
     cmd.arg("-c").arg(minion_dir(root, id));
-    Proc::spawn(cmd, &root.procs_dir(), &format!("salt-minion-{id}"))
-        .with_stop_grace(STOCK_STOP_GRACE)
+    cmd
 }
 
 /// Runs stock `salt -c DIR <args>`.
@@ -93,17 +101,21 @@ where
 
 /// Starts `halite-master -c DIR`.
 pub fn start_halite_master(root: &TempRoot) -> Proc {
-    let mut cmd = Command::new(halite_bin("halite-master"));
-    cmd.arg("-c").arg(root.master_config_dir());
-    Proc::spawn(cmd, &root.procs_dir(), "halite-master")
+    Proc::spawn(
+        halite_command(root, "halite-master"),
+        &root.procs_dir(),
+        "halite-master",
+    )
 }
 
 /// Starts `halite-minion -c DIR/minion-<id>` (writing a default minion config first if
 /// needed).
 pub fn start_halite_minion(root: &TempRoot, id: &str) -> Proc {
-    let mut cmd = Command::new(halite_bin("halite-minion"));
-    cmd.arg("-c").arg(minion_dir(root, id));
-    Proc::spawn(cmd, &root.procs_dir(), &format!("halite-minion-{id}"))
+    Proc::spawn(
+        minion_command(root, id, &halite_bin("halite-minion")),
+        &root.procs_dir(),
+        &format!("halite-minion-{id}"),
+    )
 }
 
 /// Runs `halite -c DIR <args>` (the `salt` counterpart).
@@ -129,9 +141,17 @@ where
     I: IntoIterator<Item = S>,
     S: AsRef<OsStr>,
 {
-    let mut cmd = Command::new(halite_bin(program));
-    cmd.arg("-c").arg(root.master_config_dir()).args(args);
+    let mut cmd = halite_command(root, program);
+    cmd.args(args);
     run_command(cmd, TIMEOUT)
+}
+
+/// `<halite program> -c <master config dir>`: a Halite master-side program (`halite`,
+/// `halite-key`, `halite-run`, `halite-master`) ready for more arguments.
+pub(crate) fn halite_command(root: &TempRoot, program: &str) -> Command {
+    let mut cmd = Command::new(halite_bin(program));
+    cmd.arg("-c").arg(root.master_config_dir());
+    cmd
 }
 
 /// Waits until something accepts TCP connections on 127.0.0.1:`port`.
