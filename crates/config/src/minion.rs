@@ -48,6 +48,10 @@ const TYPED: &[&str] = &[
     "tcp_pull_port",
     "max_event_size",
     "conf_file",
+    "verify_master_pubkey_sign",
+    "always_verify_signature",
+    "master_sign_key_name",
+    "master_finger",
 ];
 
 /// A loaded salt-minion configuration.
@@ -122,6 +126,18 @@ pub struct MinionConfig {
     pub max_event_size: u64,
     /// `conf_file`: the main file if it was read, else `/etc/salt/minion`.
     pub conf_file: PathBuf,
+    /// `verify_master_pubkey_sign` (false): the master must send `pub_sig`, a signature of
+    /// its public key that verifies with `pki_dir/<master_sign_key_name>.pub`.
+    pub verify_master_pubkey_sign: bool,
+    /// `always_verify_signature` (false): in Salt, also verify the signature when the
+    /// master's key did not change.
+    pub always_verify_signature: bool,
+    /// `master_sign_key_name` (`master_sign`): the verification key is
+    /// `pki_dir/<name>.pub`.
+    pub master_sign_key_name: String,
+    /// `master_finger`: the expected fingerprint (`hash_type`) of the master's public key;
+    /// `None` when unset or empty (Salt's default `''`).
+    pub master_finger: Option<String>,
     /// Every option as a msgpack map (Salt's `opts`).
     pub raw: Value,
     origins: Origins,
@@ -290,6 +306,12 @@ impl MinionConfig {
             tcp_pull_port: reader.port("tcp_pull_port")?,
             max_event_size: reader.u64("max_event_size", "a non-negative number of bytes")?,
             conf_file: PathBuf::from(reader.string("conf_file")?),
+            verify_master_pubkey_sign: reader.boolean("verify_master_pubkey_sign")?,
+            always_verify_signature: reader.boolean("always_verify_signature")?,
+            master_sign_key_name: reader.string("master_sign_key_name")?,
+            master_finger: reader
+                .opt_string("master_finger")?
+                .filter(|f| !f.is_empty()),
             raw: Value::Nil,
             origins: Origins::default(),
             warnings: Vec::new(),
@@ -344,4 +366,59 @@ fn append_minion_id_dirs(
         opts.set("pidfile", Value::from(new));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(yaml: &str) -> Result<MinionConfig, ConfigError> {
+        MinionConfig::from_yaml_str(yaml, Path::new("/m/minion"))
+    }
+
+    #[test]
+    fn key_trust_options_default_like_salt_3008() {
+        let cfg = load("id: m1\n").unwrap();
+        assert!(!cfg.verify_master_pubkey_sign);
+        assert!(!cfg.always_verify_signature);
+        assert_eq!(cfg.master_sign_key_name, "master_sign");
+        assert_eq!(cfg.master_finger, None);
+        assert_eq!(cfg.get("master_finger"), Some(&Value::from("")));
+    }
+
+    #[test]
+    fn key_trust_options_are_read() {
+        let cfg = load(
+            "id: m1\nverify_master_pubkey_sign: True\nalways_verify_signature: true\n\
+             master_sign_key_name: signer\nmaster_finger: 'ab:cd'\n",
+        )
+        .unwrap();
+        assert!(cfg.verify_master_pubkey_sign && cfg.always_verify_signature);
+        assert_eq!(cfg.master_sign_key_name, "signer");
+        assert_eq!(cfg.master_finger.as_deref(), Some("ab:cd"));
+        assert!(cfg.warnings().is_empty(), "{:?}", cfg.warnings());
+        for empty in ["''", "null"] {
+            let cfg = load(&format!("id: m1\nmaster_finger: {empty}\n")).unwrap();
+            assert_eq!(cfg.master_finger, None, "{empty}");
+        }
+    }
+
+    #[test]
+    fn key_trust_switches_must_be_booleans_and_names_strings() {
+        for (yaml, option) in [
+            (
+                "verify_master_pubkey_sign: 'yes'\n",
+                "verify_master_pubkey_sign",
+            ),
+            ("always_verify_signature: 1\n", "always_verify_signature"),
+            ("master_sign_key_name: [a]\n", "master_sign_key_name"),
+            ("master_finger: {a: b}\n", "master_finger"),
+        ] {
+            let err = load(yaml).unwrap_err().to_string();
+            assert!(
+                err.contains(option) && err.contains("/m/minion"),
+                "{yaml}: {err}"
+            );
+        }
+    }
 }

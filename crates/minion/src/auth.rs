@@ -2,6 +2,21 @@
 //! retry and wait rules and log wording, the pinned master key, and the current session
 //! keys shared by everything that talks to the master.
 //!
+//! Trust in the master's key follows Salt (`verify_master_pubkey_sign`,
+//! `master_sign_key_name`, `always_verify_signature`, `master_finger`; the checks are
+//! `halite_proto::minion::open_auth_reply_with`), with Salt's log lines. A refused key fails
+//! the sign-in and the minion tries again as after any failed sign-in, except a
+//! `master_finger` mismatch, which ends the minion with status 42
+//! ([`crate::EX_MASTER_FINGER`]). Deviations (see `halite_proto::minion`): with
+//! `verify_master_pubkey_sign` the signature is checked on every sign-in (salt#55523), so
+//! `always_verify_signature` only adds Salt's INFO line for an unchanged key; a signature
+//! over the key with a trailing newline verifies (salt#68930); `master_finger` may also be
+//! the value `salt-key -F master` prints (3008.3 prints another digest than the one its
+//! minions check); a key that fails a check, `master_finger` included, is never written to
+//! `minion_master.pub`. Stock 3008.3 logs the `master_finger` CRITICAL and calls
+//! `sys.exit(42)`, which its event loop swallows: the process exits 0 (measured); Halite
+//! exits 42 as Salt means to.
+//!
 //! Sign-ins are serialised: when several threads find the session stale at once (a job
 //! return answered "bad load" while the publish loop saw a key rotation), the first signs
 //! in and the others take its result, recognised by the session [`Session::generation`].
@@ -12,10 +27,9 @@ use crate::shutdown::Shutdown;
 use crate::transport::ReqSocket;
 use crate::Error;
 use halite_proto::crypticle::Crypticle;
-use halite_proto::minion::{self as proto, AuthError, AuthOutcome, SignIn, SignInState};
+use halite_proto::minion::{self as proto, AuthError, AuthOutcome, KeyTrust, SignIn, SignInState};
 use halite_proto::rsa::PublicKey;
 use halite_proto::{value, Value};
-use std::path::Path;
 use std::sync::{Arc, Mutex, RwLock};
 
 /// The keys of one successful sign-in.
@@ -255,8 +269,30 @@ impl Auth {
             enc_algo: s.enc_algo,
             sig_algo: s.sig_algo,
         };
-        match proto::open_auth_reply(&reply, &state) {
+        let (sign_key_file, sign_key) = if s.verify_master_pubkey_sign {
+            self.keys.sign_key(&s.master_sign_key_name)?
+        } else {
+            (String::new(), None)
+        };
+        let master = self.master_name();
+        let trust = KeyTrust {
+            verify_sign: s.verify_master_pubkey_sign,
+            sign_key_file: &sign_key_file,
+            sign_key: sign_key.as_deref(),
+            master_finger: s.master_finger.as_deref(),
+            hash_type: &s.hash_type,
+            master: &master,
+        };
+        match proto::open_auth_reply_with(&reply, &state, &trust) {
             Ok(AuthOutcome::Accepted(creds)) => {
+                if creds.verified {
+                    tracing::debug!("Successfully verified signature of master public key with verification public key {sign_key_file}");
+                    if creds.pin || s.always_verify_signature {
+                        tracing::info!(
+                            "Received signed and verified master pubkey from master {master}"
+                        );
+                    }
+                }
                 if creds.pin {
                     self.keys.pin_master(&creds.master_pub)?;
                 }
@@ -309,16 +345,47 @@ impl Auth {
         }
     }
 
+    /// The master as Salt names it in its messages (`opts["master"]`, without a port).
+    fn master_name(&self) -> String {
+        let s = &self.settings;
+        crate::transport::split_master(&s.master, s.master_port).0
+    }
+
     /// Logs a refused reply with Salt's wording and turns it into the error Salt raises.
     fn refused(&self, e: AuthError) -> Error {
         match e {
             AuthError::MasterKeyChanged
             | AuthError::BadToken
             | AuthError::BadAesSig
-            | AuthError::UnexpectedPubSig => {
+            | AuthError::UnexpectedPubSig
+            | AuthError::MissingPubSig
+            | AuthError::SignKeyInvalid { .. }
+            | AuthError::PubSigMalformed(_) => {
                 tracing::error!("{e}");
-                critical_master_key(&self.keys.master_pub_path());
-                Error::Auth("Invalid master key".into())
+                self.critical_master_key()
+            }
+            AuthError::SignKeyMissing { .. } => {
+                tracing::error!("{e}");
+                tracing::error!(
+                    "Received signed public-key from master {} but signature verification failed!",
+                    self.master_name()
+                );
+                self.critical_master_key()
+            }
+            AuthError::PubSigFailed { pinned, .. } => {
+                tracing::debug!("Failed to verify signature of public key");
+                tracing::error!("{e}");
+                if pinned {
+                    tracing::error!(
+                        "The masters public could not be verified. Is the verification pubkey {}.pub up to date?",
+                        self.settings.master_sign_key_name
+                    );
+                }
+                self.critical_master_key()
+            }
+            AuthError::MasterFinger { .. } => {
+                tracing::error!("CRITICAL {e}");
+                Error::MasterFinger
             }
             AuthError::BadSignature => {
                 tracing::error!("CRITICAL The payload signature did not validate.");
@@ -338,15 +405,17 @@ impl Auth {
             }
         }
     }
-}
 
-/// Salt's CRITICAL message when the master's key does not match the pinned one.
-fn critical_master_key(path: &Path) {
-    tracing::error!(
-        "CRITICAL The Salt Master server's public key did not authenticate!\nThe master may need to be updated if it is a version of Salt lower than {}, or\nIf you are confident that you are connecting to a valid Salt Master, then remove the master public key and restart the Salt Minion.\nThe master public key can be found at:\n{}",
-        crate::SALT_VERSION,
-        path.display()
-    );
+    /// Salt's CRITICAL message when the master's key did not authenticate, and the error
+    /// its sign-in raises.
+    fn critical_master_key(&self) -> Error {
+        tracing::error!(
+            "CRITICAL The Salt Master server's public key did not authenticate!\nThe master may need to be updated if it is a version of Salt lower than {}, or\nIf you are confident that you are connecting to a valid Salt Master, then remove the master public key and restart the Salt Minion.\nThe master public key can be found at:\n{}",
+            crate::SALT_VERSION,
+            self.keys.master_pub_path().display()
+        );
+        Error::Auth("Invalid master key".into())
+    }
 }
 
 /// Seconds as Salt prints its float options (`10`, `0.5`).

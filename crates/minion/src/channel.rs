@@ -174,7 +174,12 @@ impl Channel {
         loop {
             match self.crypted_transfer(req, load, timeout, abort) {
                 Ok(v) => return Ok(v),
-                Err(e @ (Error::Stopped | Error::Rejected | Error::Interrupted)) => return Err(e),
+                Err(
+                    e @ (Error::Stopped
+                    | Error::Rejected
+                    | Error::MasterFinger
+                    | Error::Interrupted),
+                ) => return Err(e),
                 Err(e) if attempt >= tries => return Err(e),
                 Err(e) => {
                     tracing::debug!("Failed to send msg {e}");
@@ -258,7 +263,9 @@ impl Channel {
             let (reply, nonce) = loop {
                 match self.exchange(&self.req, &session, Load::Value(load), timeout, &|| false) {
                     Ok(r) => break r,
-                    Err(e @ (Error::Stopped | Error::Rejected)) => return Err(e),
+                    Err(e @ (Error::Stopped | Error::Rejected | Error::MasterFinger)) => {
+                        return Err(e)
+                    }
                     Err(e) if attempt >= tries => return Err(e),
                     Err(e) => {
                         tracing::debug!("Failed to send msg {e}");

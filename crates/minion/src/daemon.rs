@@ -1,12 +1,37 @@
-//! The minion's control thread: connect to the master (sign in, subscribe, fetch the
-//! pillar, announce the start), then serve publishes until the master goes away, and
-//! connect again — `Minion.connect_master`, `tune_in` and the `__master_disconnected`
-//! handler of `salt/minion.py`, on one blocking thread.
+//! The minion's control threads: connect to the master (sign in, subscribe, fetch the
+//! pillar, announce the start), serve publishes until the master goes away, and connect
+//! again — `MinionManager._connect_minion`, `Minion.eval_master`, `connect_master`,
+//! `tune_in` and the `__master_disconnected`/`__master_failback` handlers of
+//! `salt/minion.py`, on blocking threads.
 //!
-//! Publishes are handled here in arrival order: verify (with `sign_pub_messages`),
-//! decrypt (re-authenticating once when the AES key changed), drop replays and duplicate
-//! jids, decide targeting, and hand matching jobs to [`Runner::spawn`]. Nothing a job does
-//! can block this thread.
+//! The topologies ([`Plan`]):
+//! - one master: one thread keeps the connection up, re-connecting after a loss;
+//! - hot-hot (`master_type: str` with a list): a thread per master, each keeping its own
+//!   connection (sign-in, publish subscription, request channel) up; the jid queue is
+//!   shared, so a job two masters publish with the same jid runs once, and its return
+//!   goes to the master that published it first; `fire_master` events go to every master
+//!   (a forwarding queue per master);
+//! - failover: one thread walks the list (`master_tries` rounds, `acceptance_wait_time`
+//!   between rounds), moves a master that failed to the end, and with `master_failback`
+//!   pings the first master every `master_failback_interval` while on another and goes
+//!   back once it answers.
+//!
+//! A master counts as lost when its publish connection closes or its ZMTP heartbeat goes
+//! unanswered ([`Heartbeat`](crate::transport::Heartbeat): within `master_alive_interval`),
+//! whatever the OS socket table says; masters are told apart by their list entry, so
+//! masters sharing an IP on different ports fail over correctly.
+//!
+//! Publishes are handled in arrival order per connection: verify (with
+//! `sign_pub_messages`), decrypt (re-authenticating once when the AES key changed), drop
+//! replays and duplicate jids, decide targeting, and hand matching jobs to
+//! [`Runner::spawn`]. Nothing a job does can block a control thread.
+//!
+//! Log lines are Salt's ("Connection to master %s lost", "Trying to tune in to next master
+//! from master-list", "Moving possibly failed master %s to the end of the list of
+//! masters", "Master %s could not be reached, trying next master (if any)", "Re-initialising
+//! subsystems for new master %s", "Minion is ready to receive requests!"). Deviation: a
+//! failback logs "Master %s answers again, failing back to it" where Salt logs its "lost"
+//! line for the master it leaves, which is not lost.
 
 use crate::auth::{Auth, Session};
 use crate::channel::Channel;
@@ -15,45 +40,65 @@ use crate::jobs::{jid_text, Jobs, Runner};
 use crate::keys::MinionKeys;
 use crate::settings::Settings;
 use crate::shutdown::Shutdown;
-use crate::transport::{resolve_master, MasterAddr, PubEvent, ReqSocket, Subscription};
+use crate::topology::{settings_for, FailoverOrder, MasterEntry, Plan};
+use crate::transport::{
+    ping_master, resolve, unresolvable_message, MasterAddr, PubEvent, ReqSocket, Resolved,
+    Subscription,
+};
 use crate::Error;
 use halite_bus::BusHandle;
-use halite_config::{MasterType, MinionConfig};
+use halite_config::MinionConfig;
 use halite_exec::Registry;
 use halite_proto::minion::{PublishError, PublishFrame, PublishKey};
 use halite_proto::value::{self, bin, map, s};
 use halite_proto::Value;
 use halite_target::{minion_match, MinionFacts, RegexCache};
 use std::collections::VecDeque;
-use std::sync::{Arc, RwLock};
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex, RwLock};
 use std::time::Duration;
 
-/// How long the control thread waits on the publish socket before checking for shutdown.
+/// How long a control thread waits on the publish socket before checking for shutdown.
 const POLL_INTERVAL: Duration = Duration::from_millis(250);
 
-/// Why the control thread ended.
+/// Fires `tag` with `{"master": master}` on the minion bus, as Salt's `master_event`s.
+fn fire(bus: &BusHandle, tag: &str, master: &str) {
+    if let Err(e) = bus.fire(tag, map([("master", s(master))])) {
+        tracing::debug!("Cannot fire {tag} on the minion bus: {e}");
+    }
+}
+
+/// Why the control threads ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {
     /// Shutdown was requested.
     Stopped,
     /// The master rejected the minion's key (Salt exits with `EX_NOPERM`, 77).
     Rejected,
+    /// The master's key does not match `master_finger` (Salt exits with 42).
+    MasterFinger,
 }
 
 /// Why serving one connection ended.
 enum End {
     Stopped,
     Rejected,
-    /// The master went away; holds the generation of the session that stopped working.
-    Lost(u64),
+    MasterFinger,
+    /// The master went away (its connection closed or stopped answering heartbeats).
+    Lost,
+    /// The preferred master answers again (`master_failback`).
+    Failback,
 }
 
-/// Everything the control thread owns.
+/// Everything the control threads work with.
 pub struct Daemon {
     /// The configuration (`__opts__` for functions).
     pub cfg: Arc<MinionConfig>,
     /// Settings read from it.
     pub settings: Arc<Settings>,
+    /// How to connect.
+    pub plan: Plan,
     /// The minion's keys.
     pub keys: Arc<MinionKeys>,
     /// The grains.
@@ -62,117 +107,196 @@ pub struct Daemon {
     pub registry: Arc<Registry>,
     /// The minion's own event bus.
     pub bus: BusHandle,
-    /// The queue of `fire_master` events; its sender starts with the first master link.
-    pub forwarder: Arc<Forwarder>,
+    /// The queues of `fire_master` events, one per master connected at once
+    /// ([`Plan::concurrent`]); each is attached to its master's link while it is up.
+    pub forwarders: Vec<Arc<Forwarder>>,
     /// The stop signal.
     pub stop: Arc<Shutdown>,
 }
 
-/// The per-master objects of one run.
-struct Link {
-    master: MasterAddr,
+/// What every connection shares.
+struct Shared {
     ctx: zmq::Context,
-    auth: Arc<Auth>,
-    channel: Arc<Channel>,
-    runner: Arc<Runner>,
+    /// Recently started jids (`jid_queue`, at most `minion_jid_queue_hwm`), whichever
+    /// master published them.
+    jids: Mutex<VecDeque<String>>,
+    /// The live jobs (`saltutil.running`).
+    jobs: Arc<Jobs>,
 }
 
-/// Publish handling state that survives reconnects.
-struct Seen {
-    jids: VecDeque<String>,
-    regexes: RegexCache,
+/// A master to connect to.
+struct Target<'a> {
+    /// Position of the master in the configured list.
+    index: usize,
+    entry: &'a MasterEntry,
+    /// Where its name resolved to.
+    master: MasterAddr,
+    /// The settings of its connection ([`settings_for`]).
+    settings: &'a Arc<Settings>,
+}
+
+/// One connection to one master.
+struct Link {
+    /// Position of the master in the configured list.
+    index: usize,
+    entry: MasterEntry,
+    master: MasterAddr,
+    auth: Arc<Auth>,
+    runner: Arc<Runner>,
+    sub: Subscription,
+    session: Arc<Session>,
 }
 
 impl Daemon {
-    /// Runs until shutdown or a rejected key.
+    /// Runs until shutdown, a rejected key or a `master_finger` mismatch.
     pub fn run(self) -> Exit {
-        match self.cfg.master_type {
-            MasterType::Disable => {
-                tracing::info!("master_type is disable: not connecting to a master");
-                while !self.stop.sleep(Duration::from_secs(3600)) {}
-                return Exit::Stopped;
-            }
-            MasterType::Str if self.cfg.master.addresses().len() == 1 => {}
-            _ => tracing::warn!(
-                "Halite connects to one master only; using {} (master_type and the other masters are ignored)",
-                self.settings.master
-            ),
-        }
-        let Some(master) = resolve_master(&self.settings, &self.stop) else {
-            return Exit::Stopped;
-        };
-        let ctx = zmq::Context::new();
-        let uri = master.uri(master.ret_port);
-        let auth = Arc::new(Auth::new(
-            self.settings.clone(),
-            self.keys.clone(),
-            &ctx,
-            uri.clone(),
-            &self.grains,
-            false,
-            self.stop.clone(),
-        ));
-        let channel = Arc::new(Channel::new(
-            auth.clone(),
-            ReqSocket::new(&ctx, uri.clone(), &self.settings),
-        ));
-        self.start_forwarding(Channel::new(
-            auth.clone(),
-            ReqSocket::new(&ctx, uri, &self.settings),
-        ));
-        let runner = Arc::new(Runner {
-            settings: self.settings.clone(),
-            opts: self.cfg.clone(),
-            registry: self.registry.clone(),
-            grains: self.grains.clone(),
-            pillar: Arc::new(RwLock::new(Arc::new(Value::Map(Vec::new())))),
+        let shared = Arc::new(Shared {
+            ctx: zmq::Context::new(),
+            jids: Mutex::new(VecDeque::new()),
             jobs: Arc::new(Jobs::new()),
-            channel: channel.clone(),
-            proc_dir: self.cfg.cachedir.join("proc"),
         });
-        let link = Link {
-            master,
-            ctx,
-            auth,
-            channel,
-            runner,
+        let me = Arc::new(self);
+        let exit = match me.plan.clone() {
+            Plan::Disabled => None,
+            Plan::Each(entries) => match (entries.as_slice(), me.forwarders.first()) {
+                ([one], Some(forwarder)) => me.keep_up(&shared, one, forwarder),
+                _ => me.hot_hot(&shared, entries),
+            },
+            Plan::Failover(entries) => Some(me.failover(&shared, entries)),
         };
-        let mut seen = Seen {
-            jids: VecDeque::new(),
-            regexes: RegexCache::new(64),
-        };
+        match exit {
+            Some(exit) => exit,
+            // No connection to keep up (disabled, or no master name resolved): Salt's
+            // minion stays up without a master.
+            None => {
+                while !me.stop.sleep(Duration::from_secs(3600)) {}
+                Exit::Stopped
+            }
+        }
+    }
 
-        let base = self.settings.acceptance_wait_time;
-        let max_wait = if self.settings.acceptance_wait_time_max.is_zero() {
-            base
-        } else {
-            self.settings.acceptance_wait_time_max
-        };
+    /// Hot-hot: a thread per master, each keeping its connection up. A rejected key or a
+    /// `master_finger` mismatch on any master ends the minion, as in Salt, where either
+    /// exits the process. `None` when every thread gave up without that.
+    fn hot_hot(self: &Arc<Self>, shared: &Arc<Shared>, entries: Vec<MasterEntry>) -> Option<Exit> {
+        let (tx, rx) = mpsc::channel();
+        let mut threads = Vec::new();
+        for (entry, forwarder) in entries.into_iter().zip(self.forwarders.iter().cloned()) {
+            let (me, shared, tx) = (self.clone(), shared.clone(), tx.clone());
+            let name = format!("minion-{}", entry.text);
+            let started = std::thread::Builder::new().name(name).spawn(move || {
+                let _ = tx.send(me.keep_up(&shared, &entry, &forwarder));
+            });
+            match started {
+                Ok(t) => threads.push(t),
+                Err(e) => tracing::error!("Cannot start a thread for a master: {e}"),
+            }
+        }
+        drop(tx);
+        let mut exit = None;
+        for ended in rx {
+            match ended {
+                Some(Exit::Stopped) => exit = exit.or(Some(Exit::Stopped)),
+                Some(fatal) => {
+                    if exit.is_none_or(|e| e == Exit::Stopped) {
+                        exit = Some(fatal);
+                    }
+                    self.stop.stop();
+                }
+                None => {}
+            }
+        }
+        for t in threads {
+            let _ = t.join();
+        }
+        exit
+    }
+
+    /// One master kept connected (`_connect_minion`, and the reconnection after a loss):
+    /// failed attempts wait `acceptance_wait_time`, growing by it up to
+    /// `acceptance_wait_time_max`. `None` when the name could not be resolved
+    /// (`retry_dns_count` ran out): Salt's minion gives that master up.
+    fn keep_up(&self, shared: &Shared, entry: &MasterEntry, forwarder: &Forwarder) -> Option<Exit> {
+        let settings = Arc::new(settings_for(&self.settings, entry, false));
+        let regexes = RegexCache::new(64);
+        let (base, max_wait) = self.auth_waits();
         let mut auth_wait = base;
-        let mut generation = 0;
         let mut reconnect = false;
         loop {
-            match self.connect(&link, generation, reconnect) {
-                Ok((session, sub)) => {
-                    auth_wait = base;
-                    match self.serve(&link, session, &sub, &mut seen) {
-                        End::Stopped => return Exit::Stopped,
-                        End::Rejected => return self.rejected(),
-                        End::Lost(gen) => {
-                            self.forwarder.set_connected(false);
-                            tracing::info!("Connection to master {} lost", self.settings.master);
-                            self.fire("__master_disconnected");
-                            generation = gen;
-                            reconnect = true;
-                        }
-                    }
+            let master = match resolve(&entry.host, entry.port, &settings, &self.stop, true) {
+                Resolved::Found(m) => m,
+                Resolved::Stopped => return Some(Exit::Stopped),
+                Resolved::Unresolvable => {
+                    tracing::error!("{}", unresolvable_message(&entry.host));
+                    return None;
                 }
-                Err(Error::Stopped) => return Exit::Stopped,
-                Err(Error::Rejected) => return self.rejected(),
+            };
+            let target = Target {
+                index: 0,
+                entry,
+                master,
+                settings: &settings,
+            };
+            let connected = self.connect(shared, target, forwarder, reconnect);
+            match connected {
+                Ok(link) => {
+                    auth_wait = base;
+                    match self.serve(shared, &link, forwarder, &regexes, None) {
+                        End::Stopped => return Some(Exit::Stopped),
+                        End::Rejected => return Some(self.rejected()),
+                        End::MasterFinger => return Some(Exit::MasterFinger),
+                        End::Lost | End::Failback => self.lost(&link),
+                    }
+                    reconnect = true;
+                }
+                Err(Error::Stopped) => return Some(Exit::Stopped),
+                Err(Error::Rejected) => return Some(self.rejected()),
+                Err(Error::MasterFinger) => return Some(Exit::MasterFinger),
                 Err(e) => {
                     tracing::error!(
                         "Error while bringing up minion for multi-master. Is master at {} responding? The error message was {e}",
-                        self.settings.master
+                        entry.host
+                    );
+                    if auth_wait < max_wait {
+                        auth_wait += base;
+                    }
+                    if self.stop.sleep(auth_wait) {
+                        return Some(Exit::Stopped);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Failover: one connection at a time over the list; a lost master goes to the end
+    /// of it; with `master_failback` (which, as in Salt, needs `master_alive_interval`)
+    /// the first master is pinged while the minion is on another.
+    fn failover(&self, shared: &Shared, entries: Vec<MasterEntry>) -> Exit {
+        let Some(forwarder) = self.forwarders.first() else {
+            return Exit::Stopped;
+        };
+        let st = &self.settings;
+        let failback = st.master_failback
+            && !st.master_alive_interval.is_zero()
+            && !st.master_failback_interval.is_zero();
+        let mut order = FailoverOrder::new(entries, st.random_master, failback);
+        let regexes = RegexCache::new(64);
+        let mut last_ip = None;
+        let (base, max_wait) = self.auth_waits();
+        let mut auth_wait = base;
+        let mut reconnect = false;
+        loop {
+            let link = match self.eval_master(shared, &order, forwarder, &mut last_ip, reconnect) {
+                Ok(link) => link,
+                Err(Error::Stopped) => return Exit::Stopped,
+                Err(Error::Rejected) => return self.rejected(),
+                Err(Error::MasterFinger) => return Exit::MasterFinger,
+                Err(e) => {
+                    let masters: Vec<&str> =
+                        order.entries().map(|(_, e)| e.text.as_str()).collect();
+                    tracing::error!(
+                        "Error while bringing up minion for multi-master. Is master at {} responding? The error message was {e}",
+                        masters.join(", ")
                     );
                     if auth_wait < max_wait {
                         auth_wait += base;
@@ -180,21 +304,174 @@ impl Daemon {
                     if self.stop.sleep(auth_wait) {
                         return Exit::Stopped;
                     }
+                    continue;
+                }
+            };
+            auth_wait = base;
+            reconnect = true;
+            let back = Arc::new(AtomicBool::new(false));
+            let done = Arc::new(Shutdown::new());
+            let pinger = match order.preferred() {
+                Some(first) if failback && !order.is_preferred(link.index) => {
+                    self.start_failback(shared, first.clone(), back.clone(), done.clone())
+                }
+                _ => None,
+            };
+            let end = self.serve(shared, &link, forwarder, &regexes, Some(&back));
+            done.stop();
+            if let Some(p) = pinger {
+                let _ = p.join();
+            }
+            match end {
+                End::Stopped => return Exit::Stopped,
+                End::Rejected => return self.rejected(),
+                End::MasterFinger => return Exit::MasterFinger,
+                End::Lost => {
+                    self.lost(&link);
+                    tracing::info!(
+                        "Moving possibly failed master {} to the end of the list of masters",
+                        link.entry.host
+                    );
+                    order.failed(link.index);
+                }
+                End::Failback => {
+                    if let Some(first) = order.preferred() {
+                        tracing::info!("Master {} answers again, failing back to it", first.host);
+                    }
+                    tracing::info!("Trying to tune in to next master from master-list");
+                    order.reset();
                 }
             }
         }
     }
 
-    /// Starts the thread that sends forwarded events over `channel` (its own request
-    /// socket, so job returns never wait behind a batch of events).
-    fn start_forwarding(&self, channel: Channel) {
-        let (forwarder, stop) = (self.forwarder.clone(), self.stop.clone());
-        let started = std::thread::Builder::new()
-            .name("fire_master".into())
-            .spawn(move || forwarder.run_sender(&channel, &stop));
-        if let Err(e) = started {
-            tracing::error!("Cannot start the fire_master sender thread; events fired with fire_master stay queued: {e}");
+    /// `eval_master` for a list: rounds over the masters in `order` until one accepts
+    /// the minion, `acceptance_wait_time` between rounds, at most `master_tries` rounds.
+    fn eval_master(
+        &self,
+        shared: &Shared,
+        order: &FailoverOrder,
+        forwarder: &Forwarder,
+        last_ip: &mut Option<IpAddr>,
+        reconnect: bool,
+    ) -> Result<Link, Error> {
+        let tries = self.settings.master_tries;
+        let mut attempts = 0u32;
+        loop {
+            if attempts != 0 && self.stop.sleep(self.settings.acceptance_wait_time) {
+                return Err(Error::Stopped);
+            }
+            attempts = attempts.saturating_add(1);
+            match tries {
+                Some(t) => tracing::debug!("Connecting to master. Attempt {attempts} of {t}"),
+                None => {
+                    tracing::debug!("Connecting to master. Attempt {attempts} (infinite attempts)")
+                }
+            }
+            let mut resolved = false;
+            for (index, entry) in order.entries() {
+                if self.stop.is_stopped() {
+                    return Err(Error::Stopped);
+                }
+                let settings = Arc::new(settings_for(&self.settings, entry, true));
+                let master = match resolve(&entry.host, entry.port, &settings, &self.stop, false) {
+                    Resolved::Found(m) => m,
+                    Resolved::Stopped => return Err(Error::Stopped),
+                    Resolved::Unresolvable => continue,
+                };
+                resolved = true;
+                if let Some(previous) = last_ip.replace(master.ip).filter(|ip| *ip != master.ip) {
+                    tracing::warn!("Master ip address changed from {previous} to {}", master.ip);
+                }
+                let target = Target {
+                    index,
+                    entry,
+                    master,
+                    settings: &settings,
+                };
+                match self.connect(shared, target, forwarder, reconnect) {
+                    Ok(link) => return Ok(link),
+                    Err(e @ (Error::Stopped | Error::Rejected | Error::MasterFinger)) => {
+                        return Err(e)
+                    }
+                    Err(e) => {
+                        tracing::info!(
+                            "Master {} could not be reached, trying next master (if any)",
+                            entry.host
+                        );
+                        tracing::debug!("Connecting to master {} failed: {e}", entry.text);
+                    }
+                }
+            }
+            if !resolved {
+                tracing::error!("No master could be resolved");
+                return Err(Error::NoMaster("No master could be resolved".into()));
+            }
+            if tries == Some(attempts) {
+                tracing::error!("No master could be reached or all masters denied the minion's connection attempt.");
+                return Err(Error::NoMaster("No master could be reached".into()));
+            }
         }
+    }
+
+    /// Pings `first` every `master_failback_interval` (`status.ping_master`, a clear
+    /// `ping` with one try of `auth_timeout`); once it answers, fires `__master_failback`
+    /// on the minion bus and raises `back`. Ends when `done` fires.
+    fn start_failback(
+        &self,
+        shared: &Shared,
+        first: MasterEntry,
+        back: Arc<AtomicBool>,
+        done: Arc<Shutdown>,
+    ) -> Option<std::thread::JoinHandle<()>> {
+        let settings = settings_for(&self.settings, &first, true);
+        let (ctx, bus) = (shared.ctx.clone(), self.bus.clone());
+        let interval = self.settings.master_failback_interval;
+        let started = std::thread::Builder::new()
+            .name("master_failback".into())
+            .spawn(move || {
+                let never = Shutdown::new();
+                while !done.sleep(interval) {
+                    let Resolved::Found(master) =
+                        resolve(&first.host, first.port, &settings, &never, false)
+                    else {
+                        continue;
+                    };
+                    let uri = master.uri(master.ret_port);
+                    let abort = || done.is_stopped();
+                    if ping_master(&ctx, uri, &settings, settings.auth_timeout, &abort) {
+                        tracing::debug!("Master {} answered a ping", first.text);
+                        fire(&bus, "__master_failback", &first.text);
+                        back.store(true, Ordering::SeqCst);
+                        return;
+                    }
+                }
+            });
+        match started {
+            Ok(t) => Some(t),
+            Err(e) => {
+                tracing::error!("Cannot start the master_failback thread: {e}");
+                None
+            }
+        }
+    }
+
+    /// `acceptance_wait_time` and the most it grows to.
+    fn auth_waits(&self) -> (Duration, Duration) {
+        let base = self.settings.acceptance_wait_time;
+        let max = if self.settings.acceptance_wait_time_max.is_zero() {
+            base
+        } else {
+            self.settings.acceptance_wait_time_max
+        };
+        (base, max)
+    }
+
+    /// The `__master_disconnected` handler's first steps.
+    fn lost(&self, link: &Link) {
+        tracing::info!("Connection to master {} lost", link.entry.host);
+        fire(&self.bus, "__master_disconnected", &link.entry.host);
+        tracing::info!("Trying to tune in to next master from master-list");
     }
 
     /// Salt sleeps 10 to 20 seconds before exiting on a rejected key, so a service manager
@@ -208,30 +485,42 @@ impl Daemon {
         }
     }
 
-    fn fire(&self, tag: &str) {
-        if let Err(e) = self
-            .bus
-            .fire(tag, map([("master", s(self.settings.master.as_str()))]))
-        {
-            tracing::debug!("Cannot fire {tag} on the minion bus: {e}");
-        }
-    }
-
-    /// `connect_master` + `_post_master_init` + the start of `tune_in`.
+    /// `connect_master` + `_post_master_init` + the start of `tune_in`, for `target`.
     fn connect(
         &self,
-        link: &Link,
-        generation: u64,
+        shared: &Shared,
+        target: Target<'_>,
+        forwarder: &Forwarder,
         reconnect: bool,
-    ) -> Result<(Arc<Session>, Subscription), Error> {
-        let session = link.auth.reauthenticate(generation)?;
-        let port = match self.settings.publish_port {
+    ) -> Result<Link, Error> {
+        let Target {
+            index,
+            entry,
+            master,
+            settings,
+        } = target;
+        let uri = master.uri(master.ret_port);
+        let auth = Arc::new(Auth::new(
+            settings.clone(),
+            self.keys.clone(),
+            &shared.ctx,
+            uri.clone(),
+            &self.grains,
+            false,
+            self.stop.clone(),
+        ));
+        let session = auth.session()?;
+        let port = match settings.publish_port {
             Some(p) if p != 4506 => p,
             _ => session.publish_port,
         };
-        let sub = Subscription::connect(&link.ctx, &link.master.uri(port), &self.settings)?;
-        self.fire("__master_connected");
+        let sub = Subscription::connect(&shared.ctx, &master.uri(port), settings)?;
+        fire(&self.bus, "__master_connected", &entry.host);
 
+        let channel = Arc::new(Channel::new(
+            auth.clone(),
+            ReqSocket::new(&shared.ctx, uri.clone(), settings),
+        ));
         let st = &self.settings;
         let pillar_load = map([
             ("id", s(st.id.as_str())),
@@ -243,25 +532,42 @@ impl Daemon {
             ("ver", s("2")),
             ("cmd", s("_pillar")),
         ]);
-        let pillar = link
-            .channel
+        let pillar = channel
             .pillar(&pillar_load, st.request_timeout, st.request_tries)
             .map_err(|e| {
                 tracing::error!("Exception getting pillar: {e}");
                 e
             })?;
-        *link
-            .runner
-            .pillar
-            .write()
-            .unwrap_or_else(|e| e.into_inner()) = Arc::new(pillar);
+        let runner = Arc::new(Runner {
+            settings: settings.clone(),
+            opts: self.cfg.clone(),
+            registry: self.registry.clone(),
+            grains: self.grains.clone(),
+            pillar: Arc::new(RwLock::new(Arc::new(pillar))),
+            jobs: shared.jobs.clone(),
+            channel: channel.clone(),
+            proc_dir: self.cfg.cachedir.join("proc"),
+        });
         if reconnect {
-            tracing::info!("Re-initialising subsystems for new master {}", st.master);
+            tracing::info!("Re-initialising subsystems for new master {}", entry.host);
         }
-        self.announce(&link.channel);
-        self.forwarder.set_connected(true);
+        self.announce(&channel);
+        // Forwarded events get a request socket of their own, so job returns never wait
+        // behind a batch of them.
+        forwarder.attach(Arc::new(Channel::new(
+            auth.clone(),
+            ReqSocket::new(&shared.ctx, uri, settings),
+        )));
         tracing::info!("Minion is ready to receive requests!");
-        Ok((session, sub))
+        Ok(Link {
+            index,
+            entry: entry.clone(),
+            master,
+            auth,
+            runner,
+            sub,
+            session,
+        })
     }
 
     /// `_fire_master_minion_start` and `_register_resources_with_master`; failures are
@@ -305,38 +611,50 @@ impl Daemon {
         }
     }
 
+    /// Serves `link` until its master is lost, `back` is raised (failback), or shutdown.
     fn serve(
         &self,
+        shared: &Shared,
         link: &Link,
-        session: Arc<Session>,
-        sub: &Subscription,
-        seen: &mut Seen,
+        forwarder: &Forwarder,
+        regexes: &RegexCache,
+        back: Option<&AtomicBool>,
     ) -> End {
-        let mut session = session;
+        let mut session = link.session.clone();
         let mut key = PublishKey::new(session.aes.clone());
-        loop {
+        let end = loop {
             if self.stop.is_stopped() {
-                return End::Stopped;
+                break End::Stopped;
             }
-            let events = match sub.poll(POLL_INTERVAL) {
+            if back.is_some_and(|b| b.load(Ordering::SeqCst)) {
+                break End::Failback;
+            }
+            let events = match link.sub.poll(POLL_INTERVAL) {
                 Ok(events) => events,
                 Err(e) => {
                     tracing::error!("The publish socket failed: {e}");
-                    return End::Lost(session.generation);
+                    break End::Lost;
                 }
             };
+            let mut ended = None;
             for event in events {
-                match event {
-                    PubEvent::Disconnected => return End::Lost(session.generation),
+                let end = match event {
+                    PubEvent::Disconnected => Some(End::Lost),
                     PubEvent::Frame(frame) => {
-                        if let Some(end) = self.on_frame(link, &frame, &mut session, &mut key, seen)
-                        {
-                            return end;
-                        }
+                        self.on_frame(shared, link, &frame, &mut session, &mut key, regexes)
                     }
+                };
+                if end.is_some() {
+                    ended = end;
+                    break;
                 }
             }
-        }
+            if let Some(end) = ended {
+                break end;
+            }
+        };
+        forwarder.detach();
+        end
     }
 
     /// Brings `session` and `key` up to date after another thread signed in again.
@@ -354,11 +672,12 @@ impl Daemon {
     /// `AsyncPubChannel._decode_payload` + `Minion._handle_payload` for one frame.
     fn on_frame(
         &self,
+        shared: &Shared,
         link: &Link,
         raw: &[u8],
         session: &mut Arc<Session>,
         key: &mut PublishKey,
-        seen: &mut Seen,
+        regexes: &RegexCache,
     ) -> Option<End> {
         let frame = match PublishFrame::parse(raw) {
             Ok(f) => f,
@@ -388,6 +707,7 @@ impl Daemon {
                     Ok(_) => {}
                     Err(Error::Stopped) => return Some(End::Stopped),
                     Err(Error::Rejected) => return Some(End::Rejected),
+                    Err(Error::MasterFinger) => return Some(End::MasterFinger),
                     Err(e) => {
                         tracing::error!(
                             "Re-authentication after a publish decryption failure failed: {e}"
@@ -416,12 +736,12 @@ impl Daemon {
                 return None;
             }
         };
-        self.on_load(link, load, seen);
+        self.on_load(shared, link, load, regexes);
         None
     }
 
     /// `_target_load` + `_handle_decoded_payload`.
-    fn on_load(&self, link: &Link, mut load: Value, seen: &mut Seen) {
+    fn on_load(&self, shared: &Shared, link: &Link, mut load: Value, regexes: &RegexCache) {
         let field = |k: &str| value::get(&load, k);
         let (Some(tgt), Some(jid), Some(fun), Some(arg)) =
             (field("tgt"), field("jid"), field("fun"), field("arg"))
@@ -451,7 +771,7 @@ impl Daemon {
             tgt,
             tgt_type,
             value::get_str(&load, "delimiter"),
-            &seen.regexes,
+            regexes,
         ) {
             tracing::trace!("Publish {} is not for this minion", jid);
             return;
@@ -471,13 +791,16 @@ impl Daemon {
             }
             None => tracing::info!("Executing command {fun_text} with jid {jid_str}"),
         }
-        if seen.jids.contains(&jid_str) {
-            tracing::debug!("Job {jid_str} was already started; duplicate publish dropped");
-            return;
-        }
-        seen.jids.push_back(jid_str.clone());
-        if seen.jids.len() > self.settings.jid_queue_hwm {
-            seen.jids.pop_front();
+        {
+            let mut jids = shared.jids.lock().unwrap_or_else(|e| e.into_inner());
+            if jids.contains(&jid_str) {
+                tracing::debug!("Job {jid_str} was already started; duplicate publish dropped");
+                return;
+            }
+            jids.push_back(jid_str.clone());
+            if jids.len() > self.settings.jid_queue_hwm {
+                jids.pop_front();
+            }
         }
         // What Salt 3008's resource-aware `_target_load` adds; functions see them as
         // `__pub_*` keyword arguments.

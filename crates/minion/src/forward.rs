@@ -8,7 +8,11 @@
 //! `fire_master_queue_size` events (a Halite option, default
 //! [`DEFAULT_FIRE_MASTER_QUEUE_SIZE`](crate::settings::DEFAULT_FIRE_MASTER_QUEUE_SIZE);
 //! the one request out to the master comes on top), delivered in order once the master
-//! is back; when the queue is full the oldest events are dropped, counted and logged.
+//! is back — or, with failover, to the next master: the control thread attaches each new
+//! master link ([`Forwarder::attach`]), and a request left unanswered on the old one is sent
+//! again on the new one; when the queue is full the oldest events are dropped, counted
+//! and logged. A minion on several masters at once (hot-hot) has a forwarder per master,
+//! and every one of them gets each event ([`offer`]), as Salt fires to every master.
 //!
 //! The two event shapes Salt accepts on the bus, both with the four keys `data`, `tag`,
 //! `events` and `pretag` (Salt's minion fails on a missing one, and so does Halite's, with
@@ -326,7 +330,11 @@ pub struct Stats {
 
 struct State {
     queue: VecDeque<Pending>,
-    connected: bool,
+    /// The request channel of the master link, while it is up.
+    link: Option<Arc<Channel>>,
+    /// Changes whenever the link is attached or detached: a request sent on one link is
+    /// abandoned when the link changes.
+    epoch: u64,
     /// Events of the request out to the master (or waiting to be sent again).
     in_flight: usize,
     delivered: u64,
@@ -352,7 +360,8 @@ impl Forwarder {
             capacity: capacity.max(1),
             state: Mutex::new(State {
                 queue: VecDeque::new(),
-                connected: false,
+                link: None,
+                epoch: 0,
                 in_flight: 0,
                 delivered: 0,
                 dropped: 0,
@@ -377,37 +386,40 @@ impl Forwarder {
         }
     }
 
-    /// Whether the master link is up (set by the control thread).
+    /// Whether a master link is attached.
     pub fn connected(&self) -> bool {
-        self.lock().connected
+        self.lock().link.is_some()
     }
 
-    /// Marks the master link up (after the start events) or down.
-    pub fn set_connected(&self, connected: bool) {
-        self.lock().connected = connected;
+    /// The master link is up (after its start events): queued events go over `channel`,
+    /// a request its own socket so job returns never wait behind a batch of events. A
+    /// request left unanswered on the previous link is sent again on this one.
+    pub fn attach(&self, channel: Arc<Channel>) {
+        let mut st = self.lock();
+        st.link = Some(channel);
+        st.epoch += 1;
+        drop(st);
         self.cv.notify_all();
     }
 
-    /// Queues what a `fire_master` bus event holds; a malformed one is logged and dropped.
-    pub fn offer(&self, event: &Event) {
-        let parsed = match parse(event.data()) {
-            Ok(p) => p,
-            Err(e) => {
-                tracing::warn!("Not forwarding {} event to the master: {e}", event.tag());
-                return;
-            }
-        };
-        for why in &parsed.skipped {
-            tracing::warn!(
-                "Not forwarding an event of {} to the master: {why}",
-                event.tag()
-            );
-        }
-        if parsed.events.is_empty() {
-            return;
-        }
+    /// The master link is down: events wait (and the request out is abandoned) until the
+    /// next [`attach`](Self::attach).
+    pub fn detach(&self) {
         let mut st = self.lock();
-        st.queue.extend(parsed.events);
+        st.link = None;
+        st.epoch += 1;
+        drop(st);
+        self.cv.notify_all();
+    }
+
+    fn epoch(&self) -> u64 {
+        self.lock().epoch
+    }
+
+    /// Queues `events` (already parsed).
+    fn enqueue(&self, events: &[Pending]) {
+        let mut st = self.lock();
+        st.queue.extend(events.iter().cloned());
         self.trim(&mut st);
         drop(st);
         self.cv.notify_one();
@@ -443,67 +455,34 @@ impl Forwarder {
     /// Counts events the bus lost before they were read.
     fn lost(&self, n: u64) {
         self.lock().dropped += n;
-        tracing::warn!("The minion bus outran the fire_master forwarder: {n} events were lost before they could be queued");
     }
 
-    /// Starts the thread that reads the minion bus until `cancel`, queueing every
-    /// `fire_master` event.
-    ///
-    /// It runs on its own thread (with its own small runtime) rather than beside the bus
-    /// on the daemon's runtime: a sender flooding the pull socket can publish thousands of
-    /// events before that runtime lets another task run, which would overrun the bus's
-    /// ring of [`SUBSCRIBER_QUEUE_CAPACITY`](halite_bus::SUBSCRIBER_QUEUE_CAPACITY) events.
-    pub fn start_collector(
-        self: Arc<Self>,
-        rx: broadcast::Receiver<Arc<Event>>,
-        cancel: CancellationToken,
-    ) -> std::io::Result<std::thread::JoinHandle<()>> {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()?;
-        std::thread::Builder::new()
-            .name("fire_master-bus".into())
-            .spawn(move || rt.block_on(self.collect(rx, cancel)))
-    }
-
-    /// Reads the minion bus until `cancel`, queueing every `fire_master` event.
-    async fn collect(
-        self: Arc<Self>,
-        mut rx: broadcast::Receiver<Arc<Event>>,
-        cancel: CancellationToken,
-    ) {
-        loop {
-            let got = tokio::select! {
-                _ = cancel.cancelled() => return,
-                got = rx.recv() => got,
-            };
-            match got {
-                Ok(event) if event.tag().starts_with(FIRE_MASTER_TAG) => self.offer(&event),
-                Ok(_) => {}
-                Err(RecvError::Lagged(n)) => self.lost(n),
-                Err(RecvError::Closed) => return,
-            }
-        }
-    }
-
-    /// Waits until the link is up and, unless `resend`, events are queued; then takes one
-    /// request's worth (nothing when `resend`). `None` when `stop` fired.
-    fn next_batch(&self, stop: &Shutdown, resend: bool) -> Option<Vec<Pending>> {
+    /// Waits until a link is up and, unless `resend`, events are queued; then takes one
+    /// request's worth (nothing when `resend`), with the link and its epoch. `None` when
+    /// `stop` fired.
+    fn next_batch(&self, stop: &Shutdown, resend: bool) -> Option<Batch> {
         let mut st = self.lock();
         loop {
             if stop.is_stopped() {
                 return None;
             }
-            if st.connected && (resend || !st.queue.is_empty()) {
+            if let Some(link) = st.link.clone().filter(|_| resend || !st.queue.is_empty()) {
                 if st.unlogged > 0 {
                     self.log_drops(&mut st);
                 }
-                if resend {
-                    return Some(Vec::new());
+                let events = if resend {
+                    Vec::new()
+                } else {
+                    take_batch(&mut st.queue, MAX_BATCH_EVENTS, MAX_BATCH_BYTES)
+                };
+                if !resend {
+                    st.in_flight = events.len();
                 }
-                let batch = take_batch(&mut st.queue, MAX_BATCH_EVENTS, MAX_BATCH_BYTES);
-                st.in_flight = batch.len();
-                return Some(batch);
+                return Some(Batch {
+                    events,
+                    link,
+                    epoch: st.epoch,
+                });
             }
             st = self
                 .cv
@@ -513,22 +492,26 @@ impl Forwarder {
         }
     }
 
-    /// Sends queued events to the master over `channel` until `stop` fires: one request
-    /// at a time, in order, each carrying what queued up while the previous one was out.
-    /// A request that was not answered is sent again (after the link is back); one the
-    /// master answered unusably [`MAX_REPLY_FAILURES`] times is dropped.
-    pub fn run_sender(&self, channel: &Channel, stop: &Shutdown) {
+    /// Sends queued events over the attached link until `stop` fires: one request at a
+    /// time, in order, each carrying what queued up while the previous one was out. A
+    /// request that was not answered is sent again (on the next link when the link
+    /// changed: after a failover, the new master gets it); one the master answered
+    /// unusably [`MAX_REPLY_FAILURES`] times is dropped.
+    pub fn run_sender(&self, stop: &Shutdown) {
         let mut pending: Option<EncodedLoad> = None;
         let mut reply_failures = 0;
         while let Some(batch) = self.next_batch(stop, pending.is_some()) {
             let load = match pending.take() {
                 Some(load) => load,
-                None => encode_request(&self.id, &batch, chrono::Utc::now().timestamp()),
+                None => encode_request(&self.id, &batch.events, chrono::Utc::now().timestamp()),
             };
             let n = self.lock().in_flight;
             tracing::debug!("Forwarding {n} events to the master");
-            let abort = || stop.is_stopped() || !self.connected();
-            match channel.send_encoded_until(&load, FIRE_MASTER_TIMEOUT, 1, &abort) {
+            let abort = || stop.is_stopped() || self.epoch() != batch.epoch;
+            match batch
+                .link
+                .send_encoded_until(&load, FIRE_MASTER_TIMEOUT, 1, &abort)
+            {
                 Ok(_) => {
                     reply_failures = 0;
                     let mut st = self.lock();
@@ -546,15 +529,33 @@ impl Forwarder {
                         tracing::error!("The master answered {MAX_REPLY_FAILURES} requests carrying {n} forwarded events unusably ({e}); these events are dropped");
                     } else {
                         pending = Some(load);
-                        stop.sleep(RETRY_WAIT);
+                        self.pause(stop, batch.epoch);
                     }
                 }
                 Err(e) => {
                     tracing::info!("fire_master failed: master could not be contacted ({e}); the request with {n} events will be sent again");
                     pending = Some(load);
-                    stop.sleep(RETRY_WAIT);
+                    self.pause(stop, batch.epoch);
                 }
             }
+        }
+    }
+
+    /// Waits [`RETRY_WAIT`] after a failed request, or less when `stop` fires or the link
+    /// changes from the one of `epoch` (a new master is worth trying at once).
+    fn pause(&self, stop: &Shutdown, epoch: u64) {
+        let deadline = Instant::now() + RETRY_WAIT;
+        let mut st = self.lock();
+        while st.epoch == epoch && !stop.is_stopped() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            st = self
+                .cv
+                .wait_timeout(st, left.min(WAIT_SLICE))
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
         }
     }
 
@@ -566,6 +567,83 @@ impl Forwarder {
             tracing::warn!(
                 "{left} events forwarded with fire_master never reached the master and are lost at shutdown"
             );
+        }
+    }
+}
+
+/// One request's worth of events and the link to send it on.
+struct Batch {
+    events: Vec<Pending>,
+    link: Arc<Channel>,
+    epoch: u64,
+}
+
+/// Queues what a `fire_master` bus event holds on every one of `forwarders` (one per
+/// master the minion is connected to at once: every master gets the event); a malformed
+/// event is logged and dropped.
+pub fn offer(forwarders: &[Arc<Forwarder>], event: &Event) {
+    let parsed = match parse(event.data()) {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::warn!("Not forwarding {} event to the master: {e}", event.tag());
+            return;
+        }
+    };
+    for why in &parsed.skipped {
+        tracing::warn!(
+            "Not forwarding an event of {} to the master: {why}",
+            event.tag()
+        );
+    }
+    if parsed.events.is_empty() {
+        return;
+    }
+    for forwarder in forwarders {
+        forwarder.enqueue(&parsed.events);
+    }
+}
+
+/// Starts the thread that reads the minion bus until `cancel`, queueing every
+/// `fire_master` event on each of `forwarders`.
+///
+/// It runs on its own thread (with its own small runtime) rather than beside the bus on
+/// the daemon's runtime: a sender flooding the pull socket can publish thousands of events
+/// before that runtime lets another task run, which would overrun the bus's ring of
+/// [`SUBSCRIBER_QUEUE_CAPACITY`](halite_bus::SUBSCRIBER_QUEUE_CAPACITY) events.
+pub fn start_collector(
+    forwarders: Vec<Arc<Forwarder>>,
+    rx: broadcast::Receiver<Arc<Event>>,
+    cancel: CancellationToken,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()?;
+    std::thread::Builder::new()
+        .name("fire_master-bus".into())
+        .spawn(move || rt.block_on(collect(forwarders, rx, cancel)))
+}
+
+/// Reads the minion bus until `cancel`, queueing every `fire_master` event.
+async fn collect(
+    forwarders: Vec<Arc<Forwarder>>,
+    mut rx: broadcast::Receiver<Arc<Event>>,
+    cancel: CancellationToken,
+) {
+    loop {
+        let got = tokio::select! {
+            _ = cancel.cancelled() => return,
+            got = rx.recv() => got,
+        };
+        match got {
+            Ok(event) if event.tag().starts_with(FIRE_MASTER_TAG) => offer(&forwarders, &event),
+            Ok(_) => {}
+            Err(RecvError::Lagged(n)) => {
+                tracing::warn!("The minion bus outran the fire_master forwarder: {n} events were lost before they could be queued");
+                for forwarder in &forwarders {
+                    forwarder.lost(n);
+                }
+            }
+            Err(RecvError::Closed) => return,
         }
     }
 }
@@ -890,12 +968,12 @@ mod tests {
 
     #[test]
     fn a_full_queue_drops_the_oldest_events_and_counts_them() {
-        let fwd = Forwarder::new("m1", 3);
+        let fwd = Arc::new(Forwarder::new("m1", 3));
         for i in 0..5 {
-            fwd.offer(&bus_event(
-                "fire_master",
-                single(map([("i", Value::from(i))]), s("t")),
-            ));
+            offer(
+                std::slice::from_ref(&fwd),
+                &bus_event("fire_master", single(map([("i", Value::from(i))]), s("t"))),
+            );
         }
         assert_eq!(
             fwd.stats(),
@@ -923,29 +1001,105 @@ mod tests {
 
     #[test]
     fn malformed_bus_events_are_not_queued() {
-        let fwd = Forwarder::new("m1", 10);
-        fwd.offer(&bus_event("fire_master", map([("tag", s("t"))])));
-        fwd.offer(&bus_event(
-            "fire_master",
-            listed(vec![s("bad")], Value::Nil),
-        ));
+        let fwd = Arc::new(Forwarder::new("m1", 10));
+        let both = [fwd.clone(), fwd.clone()];
+        offer(&both, &bus_event("fire_master", map([("tag", s("t"))])));
+        offer(
+            &both,
+            &bus_event("fire_master", listed(vec![s("bad")], Value::Nil)),
+        );
         assert_eq!(fwd.stats().queued, 0);
     }
 
+    /// A request channel to a port nothing answers on.
+    fn idle_channel(dir: &std::path::Path) -> Arc<Channel> {
+        let cfg =
+            halite_config::MinionConfig::from_yaml_str("id: m1\n", &dir.join("minion")).unwrap();
+        let settings = Arc::new(crate::settings::Settings::from_config(&cfg).unwrap());
+        let keys = Arc::new(crate::keys::MinionKeys::load_or_create(dir, 2048).unwrap());
+        let ctx = zmq::Context::new();
+        let uri = "tcp://127.0.0.1:9".to_owned();
+        let auth = Arc::new(crate::auth::Auth::new(
+            settings.clone(),
+            keys,
+            &ctx,
+            uri.clone(),
+            &Value::Map(vec![]),
+            false,
+            Arc::new(Shutdown::new()),
+        ));
+        let req = crate::transport::ReqSocket::new(&ctx, uri, &settings);
+        Arc::new(Channel::new(auth, req))
+    }
+
     #[test]
-    fn the_sender_waits_for_the_link_and_for_events() {
+    fn the_sender_waits_for_a_link_and_for_events() {
+        let dir = tempfile::tempdir().unwrap();
         let fwd = Arc::new(Forwarder::new("m1", 10));
         let stop = Arc::new(Shutdown::new());
         let (f, st) = (fwd.clone(), stop.clone());
-        let waiter = std::thread::spawn(move || f.next_batch(&st, false));
-        fwd.offer(&bus_event("fire_master", single(s("x"), s("t"))));
+        let waiter = std::thread::spawn(move || f.next_batch(&st, false).map(|b| b.events.len()));
+        offer(
+            std::slice::from_ref(&fwd),
+            &bus_event("fire_master", single(s("x"), s("t"))),
+        );
         std::thread::sleep(Duration::from_millis(50));
         assert!(!waiter.is_finished(), "sent while disconnected");
-        fwd.set_connected(true);
-        assert_eq!(waiter.join().unwrap().map(|b| b.len()), Some(1));
-        // A request to send again needs only the link.
-        assert_eq!(fwd.next_batch(&stop, true), Some(Vec::new()));
+        fwd.attach(idle_channel(dir.path()));
+        assert_eq!(waiter.join().unwrap(), Some(1));
+        // A request to send again needs only the link; it carries the link's epoch.
+        let again = fwd.next_batch(&stop, true).unwrap();
+        assert!(again.events.is_empty());
+        assert_eq!(again.epoch, fwd.epoch());
+        fwd.detach();
+        assert!(!fwd.connected());
+        assert_ne!(
+            again.epoch,
+            fwd.epoch(),
+            "a request on the old link is abandoned"
+        );
         stop.stop();
         assert!(fwd.next_batch(&stop, false).is_none());
+    }
+
+    #[test]
+    fn a_failed_request_waits_less_when_the_link_changes() {
+        let dir = tempfile::tempdir().unwrap();
+        let fwd = Arc::new(Forwarder::new("m1", 10));
+        let stop = Shutdown::new();
+        let epoch = fwd.epoch();
+        let f = fwd.clone();
+        let channel = idle_channel(dir.path());
+        let switch = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            f.attach(channel);
+        });
+        let start = Instant::now();
+        fwd.pause(&stop, epoch);
+        assert!(start.elapsed() < RETRY_WAIT, "{:?}", start.elapsed());
+        switch.join().unwrap();
+        let start = Instant::now();
+        fwd.pause(&stop, fwd.epoch());
+        assert!(start.elapsed() >= RETRY_WAIT);
+    }
+
+    #[test]
+    fn every_forwarder_gets_each_event_once() {
+        let (a, b) = (
+            Arc::new(Forwarder::new("m1", 10)),
+            Arc::new(Forwarder::new("m1", 10)),
+        );
+        offer(
+            &[a.clone(), b.clone()],
+            &bus_event(
+                "fire_master",
+                listed(
+                    vec![map([("tag", s("t1"))]), map([("tag", s("t2"))])],
+                    Value::Nil,
+                ),
+            ),
+        );
+        assert_eq!(a.stats().queued, 2);
+        assert_eq!(b.stats().queued, 2);
     }
 }

@@ -1,6 +1,8 @@
 //! The minion's key files in `pki_dir`: its own pair (`minion.pem` PKCS#1 and `minion.pub`
-//! SubjectPublicKeyInfo, both 0400 as Salt 3008 writes them through its `master_keys` bank)
-//! and the pinned master key `minion_master.pub` (trust on first use).
+//! SubjectPublicKeyInfo, both 0400 as Salt 3008 writes them through its `master_keys` bank),
+//! the pinned master key `minion_master.pub` (trust on first use, replaced only by a key
+//! whose signature verified), and the verification key `<master_sign_key_name>.pub` copied
+//! from the master for `verify_master_pubkey_sign`.
 
 use crate::Error;
 use halite_keystore::KeyStore;
@@ -77,6 +79,27 @@ impl MinionKeys {
         }
     }
 
+    /// The verification key file `<name>.pub` (`master_sign_key_name`): its name, and its
+    /// bytes, or `None` when there is no such file (Salt's `os.path.isfile` test: a
+    /// directory counts as missing). Read on every sign-in, so a key copied in while the
+    /// minion runs is used at the next attempt.
+    pub fn sign_key(&self, name: &str) -> Result<(String, Option<Vec<u8>>), Error> {
+        let file = format!("{name}.pub");
+        let path = self.pki_dir.join(&file);
+        if !path.is_file() {
+            return Ok((file, None));
+        }
+        match std::fs::read(&path) {
+            Ok(bytes) => Ok((file, Some(bytes))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok((file, None)),
+            Err(source) => Err(Error::Io {
+                what: "cannot read the verification public key",
+                path,
+                source,
+            }),
+        }
+    }
+
     /// Pins the master key: writes `minion_master.pub` (clean_key form, as Salt 3008 stores
     /// it) atomically, mode 0644.
     pub fn pin_master(&self, master_clean: &str) -> Result<(), Error> {
@@ -144,5 +167,22 @@ mod tests {
             .permissions()
             .mode();
         assert_eq!(mode & 0o777, 0o644);
+    }
+
+    #[test]
+    fn verification_key_is_read_from_its_name_and_a_directory_counts_as_missing() {
+        let dir = tempfile::tempdir().unwrap();
+        let keys = MinionKeys::load_or_create(dir.path(), 2048).unwrap();
+        assert_eq!(
+            keys.sign_key("master_sign").unwrap(),
+            ("master_sign.pub".to_owned(), None)
+        );
+        std::fs::write(dir.path().join("signer.pub"), b"PEM").unwrap();
+        assert_eq!(
+            keys.sign_key("signer").unwrap(),
+            ("signer.pub".to_owned(), Some(b"PEM".to_vec()))
+        );
+        std::fs::create_dir(dir.path().join("master_sign.pub")).unwrap();
+        assert_eq!(keys.sign_key("master_sign").unwrap().1, None);
     }
 }

@@ -2,34 +2,55 @@
 //! master, with Halite's execution modules and a Salt-format local event bus.
 //!
 //! [`run`] starts everything and serves until shutdown:
-//! - the control thread ([`daemon`]) signs in ([`auth`]), subscribes to the publish port,
-//!   fetches the pillar, announces the start, then verifies, decrypts, de-duplicates and
-//!   targets every publish and re-connects when the master goes away;
+//! - the control threads ([`daemon`]) sign in ([`auth`]), subscribe to the publish port,
+//!   fetch the pillar, announce the start, then verify, decrypt, de-duplicate and target
+//!   every publish, and connect again (to the next master, with failover) when the master
+//!   goes away — noticed on the connection itself, by ZMTP heartbeats
+//!   ([`transport::Heartbeat`]);
+//! - the masters: `master` and `master_type` make a [`topology::Plan`]: one master, every
+//!   listed master at once (hot-hot: a thread and a connection per master, one shared jid
+//!   queue), or one at a time over the list (failover, with `master_failback`), or none
+//!   (`disable`); `func` takes the address from a function;
 //! - each targeted job runs on its own thread ([`jobs`]) and sends its `_return` over the
-//!   shared encrypted request channel ([`channel`]);
+//!   encrypted request channel ([`channel`]) of the master that published it;
 //! - the minion bus (`minion_event_<hash>_pub/pull.ipc`) is served on a small tokio
 //!   runtime, so local programs can listen and fire as with Salt;
 //! - events fired there with a `fire_master` tag are queued and sent to the master as
 //!   `_minion_event` requests by a sender thread with its own request socket
-//!   ([`forward`]), batched under load and held while the master is away (at most
-//!   `fire_master_queue_size` events, a Halite option, default 10,000; the oldest go).
+//!   ([`forward`]; a queue per master connected at once, so hot-hot masters all get
+//!   them), batched under load and held while the master is away, then sent to the next
+//!   one (at most `fire_master_queue_size` events, a Halite option, default 10,000; the
+//!   oldest go).
 //!
 //! `halite-call` reuses [`auth`], [`channel`], [`keys`] and [`settings`] to return a local
 //! call to the master.
 //!
-//! What it does not do: multi-master (only the first `master` is used), failover, the
-//! TCP/websocket transports, beacons, the scheduler,
-//! returners, `start_event`, `master_finger`, `verify_master_pubkey_sign` (a master that
-//! sends `pub_sig` is refused), `minion_sign_messages`.
+//! Trust in the master's key ([`auth`]): trust on first use in `minion_master.pub`, or
+//! `verify_master_pubkey_sign` with `pki_dir/<master_sign_key_name>.pub` (checked on every
+//! sign-in, unlike Salt: salt#55523), and `master_finger` (a mismatch ends the minion with
+//! status 42, [`EX_MASTER_FINGER`]).
+//!
+//! What it does not do: the TCP/websocket transports, beacons, the scheduler (so no
+//! `__master_alive` schedule job: liveness is the heartbeat), `ping_interval`, returners,
+//! `start_event`, `open_mode`, `minion_sign_messages`, SSDP master discovery.
+//!
+//! Deviations from Salt's multi-master, each fixing a measured failure (see [`daemon`],
+//! [`topology`]): a hung master (SIGSTOP, connections open) or one cut off the network is
+//! detected within `master_alive_interval` (Salt never detects one); masters sharing an IP
+//! on different ports fail over and stay put (Salt retries the dead one first and then
+//! flaps); `fire_master` events fired without a master are delivered to the next one
+//! (Salt drops them).
 //!
 //! Invariants:
 //! - Nothing received from the network panics the minion: every publish is parsed,
 //!   verified and decrypted by `halite_proto::minion` and dropped with a log line when it
 //!   fails; a job's failure stays in its thread.
-//! - A master key, once pinned in `minion_master.pub`, is never replaced: a master with
-//!   another key is refused with Salt's critical message, and nothing it publishes runs.
+//! - A master key, once pinned in `minion_master.pub`, is replaced only by a key whose
+//!   signature verified with the verification key (`verify_master_pubkey_sign`): any other
+//!   master with another key is refused with Salt's critical message, and nothing it
+//!   publishes runs. A key that fails a check is never written.
 //! - A publish runs at most once: serials must increase per AES key, jids are remembered
-//!   (`minion_jid_queue_hwm`).
+//!   (`minion_jid_queue_hwm`) across all masters.
 
 pub mod auth;
 pub mod channel;
@@ -39,12 +60,13 @@ pub mod jobs;
 pub mod keys;
 pub mod settings;
 pub mod shutdown;
+pub mod topology;
 pub mod transport;
 
 pub use halite_exec::SALT_VERSION;
 
 use daemon::{Daemon, Exit};
-use halite_config::{IdSource, IpcMode, MinionConfig};
+use halite_config::{IdSource, IpcMode, MasterType, MinionConfig};
 use halite_proto::Value;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -53,6 +75,10 @@ use tokio_util::sync::CancellationToken;
 
 /// Exit status Salt uses when the master rejected the key (`EX_NOPERM`).
 pub const EX_NOPERM: u8 = 77;
+
+/// Exit status Salt means to use when the master's key does not match `master_finger`
+/// (`sys.exit(42)` in `AsyncAuth._finger_fail`).
+pub const EX_MASTER_FINGER: u8 = 42;
 
 /// Every way the minion, or a call to its master, can fail.
 #[derive(Debug, thiserror::Error)]
@@ -91,6 +117,9 @@ pub enum Error {
     /// The master rejected this minion's key.
     #[error("The Salt Master has rejected this minion's public key")]
     Rejected,
+    /// The master's key does not match `master_finger`.
+    #[error("The master's public key does not match master_finger")]
+    MasterFinger,
     /// The key is not accepted yet (reported instead of waiting by `halite-call`).
     #[error("Minion failed to authenticate with the master, has the minion key been accepted?")]
     Pending,
@@ -106,6 +135,10 @@ pub enum Error {
     /// A `fire_master` event on the minion bus cannot be forwarded; the text says why.
     #[error("{0}")]
     BadEvent(String),
+    /// No master of the list could be resolved or reached (`eval_master`'s
+    /// `SaltClientError`).
+    #[error("{0}")]
+    NoMaster(String),
     /// A request was abandoned while waiting for the reply because its caller gave up
     /// (the forwarder does when the link to the master drops).
     #[error("the request was abandoned: the link to the master dropped")]
@@ -169,9 +202,30 @@ pub enum Outcome {
     Stopped,
     /// The master rejected the key; exit with [`EX_NOPERM`].
     Rejected,
+    /// The master's key does not match `master_finger`; exit with [`EX_MASTER_FINGER`].
+    MasterFinger,
+    /// The `master` option cannot be used (an empty address, or `master_type: func`
+    /// failed); Salt's message was logged. Exit with this status (42 or 1, as Salt).
+    BadMaster(u8),
 }
 
-/// Runs the minion until `shutdown` is cancelled or the master rejects the key.
+/// The context `master_type: func` runs its function in: no job, no master.
+fn func_context(cfg: Arc<MinionConfig>, grains: Arc<Value>) -> halite_exec::Context {
+    halite_exec::Context {
+        id: cfg.id.clone(),
+        opts: cfg,
+        grains,
+        pillar: Arc::new(Value::Map(Vec::new())),
+        jid: None,
+        pub_data: None,
+        jobs: Arc::new(jobs::Jobs::new()),
+        job: halite_exec::JobHandle::new(),
+        master: None,
+    }
+}
+
+/// Runs the minion until `shutdown` is cancelled, the master rejects the key or its key
+/// does not match `master_finger`.
 pub async fn run(cfg: MinionConfig, shutdown: CancellationToken) -> Result<Outcome, Error> {
     let settings = Arc::new(settings::Settings::from_config(&cfg)?);
     prepare_dirs(&cfg)?;
@@ -198,13 +252,33 @@ pub async fn run(cfg: MinionConfig, shutdown: CancellationToken) -> Result<Outco
     let bus_server = halite_bus::BusServer::bind(&sockets, max_event_size).await?;
     let bus = bus_server.handle();
     let bus_stop = CancellationToken::new();
-    let forwarder = Arc::new(forward::Forwarder::new(
-        &cfg.id,
-        settings.fire_master_queue_size,
-    ));
-    let collector = forwarder
-        .clone()
-        .start_collector(bus.subscribe(), bus_stop.clone())
+    let registry = Arc::new(halite_exec::Registry::builtin());
+    let plan = {
+        let masters = if cfg.master_type == MasterType::Func {
+            let (cfg, grains, registry) = (cfg.clone(), grains.clone(), registry.clone());
+            let name = settings.master.clone();
+            tokio::task::spawn_blocking(move || {
+                topology::eval_master_func(&registry, &func_context(cfg, grains), &name)
+            })
+            .await
+            .map_err(|e| Error::NoMaster(format!("master_type func: {e}")))?
+        } else {
+            Ok(settings.masters.clone())
+        };
+        match masters.and_then(|masters| topology::plan(&settings, &masters)) {
+            Ok(plan) => plan,
+            Err(bad) => return Ok(Outcome::BadMaster(bad.status)),
+        }
+    };
+    let forwarders: Vec<Arc<forward::Forwarder>> = (0..plan.concurrent())
+        .map(|_| {
+            Arc::new(forward::Forwarder::new(
+                &cfg.id,
+                settings.fire_master_queue_size,
+            ))
+        })
+        .collect();
+    let collector = forward::start_collector(forwarders.clone(), bus.subscribe(), bus_stop.clone())
         .map_err(|source| Error::Io {
             what: "cannot start the fire_master collector thread in",
             path: cfg.cachedir.clone(),
@@ -213,14 +287,26 @@ pub async fn run(cfg: MinionConfig, shutdown: CancellationToken) -> Result<Outco
     let bus_task = tokio::spawn(bus_server.run(bus_stop.clone()));
 
     let stop = Arc::new(shutdown::Shutdown::new());
+    for forwarder in &forwarders {
+        let (forwarder, stop) = (forwarder.clone(), stop.clone());
+        std::thread::Builder::new()
+            .name("fire_master".into())
+            .spawn(move || forwarder.run_sender(&stop))
+            .map_err(|source| Error::Io {
+                what: "cannot start the fire_master sender thread in",
+                path: cfg.cachedir.clone(),
+                source,
+            })?;
+    }
     let daemon = Daemon {
         cfg: cfg.clone(),
         settings,
+        plan,
         keys: Arc::new(keys),
         grains,
-        registry: Arc::new(halite_exec::Registry::builtin()),
+        registry,
         bus,
-        forwarder: forwarder.clone(),
+        forwarders: forwarders.clone(),
         stop: stop.clone(),
     };
     let (done_tx, done_rx) = tokio::sync::oneshot::channel();
@@ -246,9 +332,12 @@ pub async fn run(cfg: MinionConfig, shutdown: CancellationToken) -> Result<Outco
     bus_stop.cancel();
     let _ = bus_task.await;
     let _ = tokio::task::spawn_blocking(move || collector.join()).await;
-    forwarder.abandon();
+    for forwarder in &forwarders {
+        forwarder.abandon();
+    }
     Ok(match exit {
         Exit::Stopped => Outcome::Stopped,
         Exit::Rejected => Outcome::Rejected,
+        Exit::MasterFinger => Outcome::MasterFinger,
     })
 }

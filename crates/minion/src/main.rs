@@ -56,6 +56,10 @@ fn main() -> ExitCode {
         match halite_minion::run(cfg, shutdown).await {
             Ok(halite_minion::Outcome::Stopped) => ExitCode::SUCCESS,
             Ok(halite_minion::Outcome::Rejected) => ExitCode::from(halite_minion::EX_NOPERM),
+            Ok(halite_minion::Outcome::MasterFinger) => {
+                ExitCode::from(halite_minion::EX_MASTER_FINGER)
+            }
+            Ok(halite_minion::Outcome::BadMaster(status)) => ExitCode::from(status),
             Err(e @ halite_minion::Error::Config(_)) => {
                 eprintln!("halite-minion: {e}");
                 ExitCode::from(EX_CONFIG)

@@ -7,7 +7,7 @@
 //! its file and what it accepts, where Salt would log a warning and fail later.
 
 use crate::Error;
-use halite_config::MinionConfig;
+use halite_config::{MasterType, MinionConfig};
 use halite_proto::rsa::{EncAlgo, SigAlgo};
 use halite_proto::Value;
 use std::time::Duration;
@@ -91,6 +91,38 @@ pub struct Settings {
     pub autosign_grains: Vec<String>,
     /// `resources` (sent with `_register_resources`; Halite manages none itself).
     pub resources: Value,
+    /// `verify_master_pubkey_sign`: the master's key must carry a signature that verifies
+    /// with `pki_dir/<master_sign_key_name>.pub` (checked on every sign-in).
+    pub verify_master_pubkey_sign: bool,
+    /// `always_verify_signature`: log the verification of an unchanged key at INFO as Salt
+    /// does when it checks it (Halite always checks it).
+    pub always_verify_signature: bool,
+    /// `master_sign_key_name`.
+    pub master_sign_key_name: String,
+    /// `master_finger`, when set and not empty.
+    pub master_finger: Option<String>,
+    /// `hash_type` (for `master_finger`).
+    pub hash_type: String,
+    /// `master`: every configured address, in order ([`Settings::master`] is the first).
+    pub masters: Vec<String>,
+    /// `master_type`.
+    pub master_type: MasterType,
+    /// `random_master`, or its deprecated alias `master_shuffle`: shuffle the list.
+    pub random_master: bool,
+    /// The deprecated `master_shuffle` was set (Salt warns about it).
+    pub master_shuffle: bool,
+    /// `master_alive_interval` (0: off): the liveness period of the master connection
+    /// ([`Heartbeat`](crate::transport::Heartbeat)).
+    pub master_alive_interval: Duration,
+    /// `master_failback`: with `failover`, go back to the first master once it answers.
+    pub master_failback: bool,
+    /// `master_failback_interval`, or `master_alive_interval` when that is 0 (Salt's rule).
+    pub master_failback_interval: Duration,
+    /// `master_tries`: rounds over the master list before a connection attempt gives up
+    /// (`None`: no limit, Salt's -1 on Linux).
+    pub master_tries: Option<u32>,
+    /// `retry_dns_count`: retries of an unresolvable master name (`None`: no limit).
+    pub retry_dns_count: Option<u32>,
 }
 
 /// Reads typed options out of the raw configuration, naming the option on error.
@@ -195,6 +227,34 @@ impl Settings {
         let i32_opt = |name: &str, default: i64| -> Result<i32, Error> {
             Ok(o.int(name, default, i64::from(i32::MIN), i64::from(i32::MAX))? as i32)
         };
+        if cfg.verify_master_pubkey_sign && cfg.master_sign_key_name.is_empty() {
+            return Err(o.invalid(
+                "master_sign_key_name",
+                "the name of the verification key pair (verify_master_pubkey_sign is on)",
+                o.get("master_sign_key_name"),
+            ));
+        }
+        if cfg.master_finger.is_some()
+            && halite_proto::pem::pem_finger(b"", &cfg.hash_type).is_err()
+        {
+            return Err(o.invalid(
+                "hash_type",
+                "a hash algorithm for master_finger (such as sha256)",
+                o.get("hash_type"),
+            ));
+        }
+        let master_alive_interval = o.seconds("master_alive_interval", 0.0)?;
+        let master_failback = o.boolean("master_failback", false)?;
+        let master_failback_interval = match o.seconds("master_failback_interval", 0.0)? {
+            d if d.is_zero() && master_failback => master_alive_interval,
+            d => d,
+        };
+        let master_shuffle = o.boolean("master_shuffle", false)?;
+        let master_tries = o.int("master_tries", -1, i64::MIN, i64::from(u32::MAX))?;
+        let retry_dns_count = match o.get("retry_dns_count") {
+            Value::Nil => None,
+            _ => Some(o.int("retry_dns_count", 0, 0, i64::from(u32::MAX))? as u32),
+        };
         let return_retry_timer = o.int("return_retry_timer", 5, 0, 86_400)? as u64;
         let return_retry_timer_max = o.int("return_retry_timer_max", 10, 0, 86_400)? as u64;
         Ok(Settings {
@@ -244,6 +304,26 @@ impl Settings {
             pillarenv: env("pillarenv")?,
             autosign_grains,
             resources,
+            verify_master_pubkey_sign: cfg.verify_master_pubkey_sign,
+            always_verify_signature: cfg.always_verify_signature,
+            master_sign_key_name: cfg.master_sign_key_name.clone(),
+            master_finger: cfg.master_finger.clone(),
+            hash_type: cfg.hash_type.clone(),
+            masters: cfg
+                .master
+                .addresses()
+                .into_iter()
+                .map(str::to_owned)
+                .collect(),
+            master_type: cfg.master_type,
+            random_master: o.boolean("random_master", false)? || master_shuffle,
+            master_shuffle,
+            master_alive_interval,
+            master_failback,
+            master_failback_interval,
+            // Salt compares the round count with master_tries: 0 and below never match.
+            master_tries: u32::try_from(master_tries).ok().filter(|n| *n > 0),
+            retry_dns_count,
         })
     }
 
@@ -297,6 +377,12 @@ mod tests {
         assert!(!s.sign_pub_messages && s.pub_ret && s.zmq_monitor && s.legacy_startup_events);
         assert_eq!(s.enc_algo, EncAlgo::OaepSha1);
         assert_eq!(s.resources, Value::Map(vec![]));
+        assert!(!s.verify_master_pubkey_sign && !s.always_verify_signature);
+        assert_eq!(s.master_sign_key_name, "master_sign");
+        assert_eq!(
+            (s.master_finger.as_deref(), s.hash_type.as_str()),
+            (None, "sha256")
+        );
     }
 
     #[test]
@@ -309,6 +395,11 @@ mod tests {
             ("resources: [a]\n", "resources"),
             ("fire_master_queue_size: 0\n", "fire_master_queue_size"),
             ("fire_master_queue_size: many\n", "fire_master_queue_size"),
+            (
+                "verify_master_pubkey_sign: true\nmaster_sign_key_name: ''\n",
+                "master_sign_key_name",
+            ),
+            ("master_finger: 'ab:cd'\nhash_type: nohash\n", "hash_type"),
         ] {
             let err = settings(yaml).unwrap_err().to_string();
             assert!(
@@ -324,6 +415,40 @@ mod tests {
         for _ in 0..50 {
             let t = s.random_return_timer().as_secs();
             assert!((2..=4).contains(&t), "{t}");
+        }
+    }
+
+    #[test]
+    fn multi_master_options_follow_salts_rules() {
+        let s = settings("id: m1\n").unwrap();
+        assert_eq!(s.masters, ["salt"]);
+        assert_eq!(s.master_type, MasterType::Str);
+        assert!(!s.random_master && !s.master_failback);
+        assert!(s.master_alive_interval.is_zero() && s.master_failback_interval.is_zero());
+        assert_eq!((s.master_tries, s.retry_dns_count), (None, None));
+
+        let s = settings(
+            "master: [a, 'b:4606']\nmaster_type: failover\nmaster_alive_interval: 3\nmaster_failback: true\nmaster_shuffle: true\nmaster_tries: 2\nretry_dns_count: 0\n",
+        )
+        .unwrap();
+        assert_eq!(s.masters, ["a", "b:4606"]);
+        assert_eq!(s.master, "a");
+        assert_eq!(s.master_type, MasterType::Failover);
+        assert!(s.random_master && s.master_shuffle);
+        // master_failback_interval 0 takes master_alive_interval.
+        assert_eq!(s.master_failback_interval, Duration::from_secs(3));
+        assert_eq!((s.master_tries, s.retry_dns_count), (Some(2), Some(0)));
+
+        let s = settings("master_failback_interval: 7\nmaster_tries: 0\n").unwrap();
+        assert_eq!(s.master_failback_interval, Duration::from_secs(7));
+        assert_eq!(s.master_tries, None, "0 rounds never match: no limit");
+        for (yaml, option) in [
+            ("master_alive_interval: soon\n", "master_alive_interval"),
+            ("master_failback: perhaps\n", "master_failback"),
+            ("retry_dns_count: -1\n", "retry_dns_count"),
+        ] {
+            let err = settings(yaml).unwrap_err().to_string();
+            assert!(err.contains(option), "{err}");
         }
     }
 }

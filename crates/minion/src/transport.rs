@@ -1,12 +1,22 @@
 //! ZeroMQ sockets toward the master, set up as Salt's minion sets them up
 //! (`salt/transport/zeromq.py`): a REQ socket to `ret_port` that is thrown away after a
 //! timeout (so a late reply can never answer the next request), and a SUB socket to
-//! `publish_port` with a socket monitor that reports disconnects.
+//! `publish_port` with a socket monitor that reports disconnects. Also the name resolution
+//! of a master (`resolve_dns`) and the clear `ping` of `status.ping_master`.
+//!
+//! Liveness: the SUB socket sends ZMTP heartbeats ([`Heartbeat`], from
+//! `master_alive_interval`), and a heartbeat left unanswered closes the connection, which
+//! the monitor reports like any disconnect. So a master is judged on the connection itself:
+//! a frozen master whose TCP connections stay open, or one cut off from the network, is
+//! noticed. Salt's minion instead looks for an established TCP connection to
+//! `publish_port` in the OS socket table (`status.master`), which a frozen master passes
+//! and a master on another port fails.
 
 use crate::settings::Settings;
 use crate::shutdown::Shutdown;
 use crate::Error;
 use std::net::{IpAddr, Ipv4Addr, ToSocketAddrs};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// How often a waiting request checks whether it should give up.
@@ -60,46 +70,158 @@ pub fn split_master(master: &str, default_port: u16) -> (String, u16) {
     }
 }
 
-/// `resolve_dns`: resolves the first configured master, retrying every `retry_dns` seconds
-/// while the name does not resolve; with `retry_dns: 0` falls back to 127.0.0.1 as Salt
-/// does. `None` when `stop` fired while waiting.
-pub fn resolve_master(settings: &Settings, stop: &Shutdown) -> Option<MasterAddr> {
-    let (host, port) = split_master(&settings.master, settings.master_port);
+/// What resolving a master's name came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Resolved {
+    /// The master's address.
+    Found(MasterAddr),
+    /// The name did not resolve (after the retries `retry_dns` and `retry_dns_count` allow).
+    Unresolvable,
+    /// `stop` fired while waiting to retry.
+    Stopped,
+}
+
+fn lookup(host: &str, port: u16, ipv6: Option<bool>) -> Option<MasterAddr> {
+    let addrs: Vec<_> = (host, port).to_socket_addrs().ok()?.collect();
+    let want_v6 = ipv6 == Some(true);
+    let addr = addrs
+        .iter()
+        .find(|a| a.is_ipv6() == want_v6)
+        .or(addrs.first())?;
+    Some(MasterAddr {
+        ip: addr.ip(),
+        ret_port: port,
+    })
+}
+
+/// `resolve_dns` for one master (`host`, its request port `port`): while the name does not
+/// resolve, logs Salt's `dns_check` error and retries every `retry_dns` seconds, at most
+/// `retry_dns_count` times. With `retry_dns: 0` it falls back to 127.0.0.1 when `fallback`
+/// (Salt's single-master path) and gives up otherwise (failover skips the master).
+pub fn resolve(
+    host: &str,
+    port: u16,
+    settings: &Settings,
+    stop: &Shutdown,
+    fallback: bool,
+) -> Resolved {
+    let mut retries_left = settings.retry_dns_count;
     loop {
-        let found = (host.as_str(), port)
-            .to_socket_addrs()
-            .ok()
-            .and_then(|addrs| {
-                let addrs: Vec<_> = addrs.collect();
-                let want_v6 = settings.ipv6 == Some(true);
-                addrs
-                    .iter()
-                    .find(|a| a.is_ipv6() == want_v6)
-                    .or(addrs.first())
-                    .copied()
-            });
-        if let Some(addr) = found {
-            return Some(MasterAddr {
-                ip: addr.ip(),
-                ret_port: port,
-            });
+        if let Some(addr) = lookup(host, port, settings.ipv6) {
+            return Resolved::Found(addr);
         }
+        tracing::error!("DNS lookup or connection check of '{host}' failed.");
         if settings.retry_dns.is_zero() {
+            if !fallback {
+                return Resolved::Unresolvable;
+            }
             tracing::error!("Master hostname: '{host}' not found. Falling back to 127.0.0.1");
-            return Some(MasterAddr {
+            return Resolved::Found(MasterAddr {
                 ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
                 ret_port: port,
             });
         }
+        match retries_left.as_mut() {
+            Some(0) => return Resolved::Unresolvable,
+            Some(n) => *n -= 1,
+            None => {}
+        }
         tracing::error!(
             "Master hostname: '{host}' not found or not responsive. Retrying in {} seconds",
-            settings.retry_dns.as_secs()
+            crate::auth::secs(settings.retry_dns)
         );
         if stop.sleep(settings.retry_dns) {
-            return None;
+            return Resolved::Stopped;
         }
     }
 }
+
+/// `resolve_dns` for the first configured master, falling back to 127.0.0.1 with
+/// `retry_dns: 0` as Salt does. `None` when `stop` fired while waiting, or when
+/// `retry_dns_count` retries did not resolve it (then Salt's error is logged).
+pub fn resolve_master(settings: &Settings, stop: &Shutdown) -> Option<MasterAddr> {
+    let (host, port) = split_master(&settings.master, settings.master_port);
+    match resolve(&host, port, settings, stop, true) {
+        Resolved::Found(addr) => Some(addr),
+        Resolved::Unresolvable => {
+            tracing::error!("{}", unresolvable_message(&host));
+            None
+        }
+        Resolved::Stopped => None,
+    }
+}
+
+/// Salt's message for a master name that cannot be resolved (`SaltMasterUnresolvableError`
+/// and the empty `master`).
+pub fn unresolvable_message(host: &str) -> String {
+    let host = if host.is_empty() {
+        "unknown address"
+    } else {
+        host
+    };
+    format!("Master address: '{host}' could not be resolved. Invalid or unresolveable address. Set 'master' value in minion config.")
+}
+
+/// `status.ping_master`: a clear `{"cmd": "ping"}` to the request port at `uri`, one try of
+/// `timeout`; true when the master answered anything. Gives up as soon as `abort` is true.
+pub fn ping_master(
+    ctx: &zmq::Context,
+    uri: String,
+    settings: &Settings,
+    timeout: Duration,
+    abort: &dyn Fn() -> bool,
+) -> bool {
+    use halite_proto::value::{self, map, s};
+    let body = value::encode(&map([
+        ("enc", s("clear")),
+        ("load", map([("cmd", s("ping"))])),
+        ("version", halite_proto::Value::from(3)),
+    ]));
+    let mut req = ReqSocket::new(ctx, uri, settings);
+    req.request_until(&body, timeout, abort).is_ok()
+}
+
+/// ZMTP heartbeats on the publish connection: the minion sends `PING` every `ivl`, which
+/// every ZMTP 3.1 peer answers (libzmq whatever its own heartbeat options, Halite's publish
+/// engine too), and counts the connection lost when nothing at all came back for `timeout`
+/// after a `PING`. A master that is gone, frozen or cut off is thus noticed on the
+/// connection itself, within `ivl + timeout`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Heartbeat {
+    /// Interval between `PING`s.
+    pub ivl: Duration,
+    /// Silence after a `PING` after which the connection counts as lost.
+    pub timeout: Duration,
+}
+
+impl Heartbeat {
+    /// The heartbeat for `master_alive_interval` `alive`: a `PING` every `alive / 3`, lost
+    /// after `2 × alive / 3` of silence, so a hung master is noticed within `alive` (Salt
+    /// never notices one: its check looks for the TCP connection in the OS table), which
+    /// leaves the other `alive` of the 2 × `alive` goal to reach the next master. With
+    /// `alive` 0 (off), Salt's master-side defaults: every 10 s, lost after 30 s.
+    pub fn for_alive_interval(alive: Duration) -> Heartbeat {
+        if alive.is_zero() {
+            return Heartbeat {
+                ivl: Duration::from_millis(HEARTBEAT_IVL_MS as u64),
+                timeout: Duration::from_millis(HEARTBEAT_TIMEOUT_MS as u64),
+            };
+        }
+        let alive = alive.max(MIN_ALIVE);
+        Heartbeat {
+            ivl: alive / 3,
+            timeout: alive * 2 / 3,
+        }
+    }
+
+    fn millis(d: Duration) -> i32 {
+        i32::try_from(d.as_millis()).unwrap_or(i32::MAX)
+    }
+}
+
+/// Shortest liveness period honoured: below it, a busy machine's scheduling alone could
+/// make a live master look dead.
+pub const MIN_ALIVE: Duration = Duration::from_millis(200);
 
 fn zerr(op: &str) -> impl FnOnce(zmq::Error) -> Error + '_ {
     move |source| Error::Zmq {
@@ -261,15 +383,20 @@ impl Subscription {
             .map_err(zerr("reconnect"))?;
         sub.set_ipv6(uri.contains('[')).map_err(zerr("ipv6"))?;
         keepalive(&sub, settings)?;
-        // ZMTP heartbeats: a master that vanished without closing the connection is
-        // detected (and reported as a disconnect) after HEARTBEAT_TIMEOUT_MS.
-        sub.set_heartbeat_ivl(HEARTBEAT_IVL_MS)
+        // ZMTP heartbeats: a master that vanished, hung or was cut off without closing
+        // the connection is detected, and reported as a disconnect.
+        let beat = Heartbeat::for_alive_interval(settings.master_alive_interval);
+        sub.set_heartbeat_ivl(Heartbeat::millis(beat.ivl))
             .map_err(zerr("heartbeat"))?;
-        sub.set_heartbeat_timeout(HEARTBEAT_TIMEOUT_MS)
+        sub.set_heartbeat_timeout(Heartbeat::millis(beat.timeout))
             .map_err(zerr("heartbeat"))?;
         sub.set_subscribe(b"").map_err(zerr("subscribe"))?;
         let monitor = if settings.zmq_monitor {
-            let ep = format!("inproc://halite-minion-monitor-{:p}", &sub as *const _);
+            // A name of its own per socket: libzmq releases an inproc name only once the
+            // monitored socket is reaped, after a new subscription may need one.
+            static MONITORS: AtomicU64 = AtomicU64::new(0);
+            let n = MONITORS.fetch_add(1, Ordering::Relaxed);
+            let ep = format!("inproc://halite-minion-monitor-{n}");
             sub.monitor(&ep, zmq::SocketEvent::DISCONNECTED as i32)
                 .map_err(zerr("monitor"))?;
             let mon = ctx.socket(zmq::PAIR).map_err(zerr("create monitor"))?;
@@ -393,5 +520,198 @@ mod tests {
         assert!(matches!(result, Err(Error::Interrupted)), "{result:?}");
         assert!(start.elapsed() < Duration::from_secs(5));
         assert!(req.sock.is_none());
+    }
+
+    fn settings(yaml: &str) -> Settings {
+        let cfg = halite_config::MinionConfig::from_yaml_str(
+            &format!("id: t\n{yaml}"),
+            std::path::Path::new("/tmp/x/minion"),
+        )
+        .unwrap();
+        Settings::from_config(&cfg).unwrap()
+    }
+
+    #[test]
+    fn heartbeats_follow_master_alive_interval() {
+        assert_eq!(
+            Heartbeat::for_alive_interval(Duration::from_secs(3)),
+            Heartbeat {
+                ivl: Duration::from_secs(1),
+                timeout: Duration::from_secs(2)
+            }
+        );
+        assert_eq!(
+            Heartbeat::for_alive_interval(Duration::ZERO),
+            Heartbeat {
+                ivl: Duration::from_secs(10),
+                timeout: Duration::from_secs(30)
+            }
+        );
+        assert_eq!(
+            Heartbeat::for_alive_interval(Duration::from_millis(1)).timeout,
+            MIN_ALIVE * 2 / 3
+        );
+    }
+
+    #[test]
+    fn unresolvable_names_fall_back_retry_or_give_up_as_configured() {
+        let stop = Shutdown::new();
+        let host = "no-such-master.invalid";
+        let s = settings("retry_dns: 0\n");
+        assert_eq!(
+            resolve(host, 4506, &s, &stop, true),
+            Resolved::Found(MasterAddr {
+                ip: IpAddr::V4(Ipv4Addr::LOCALHOST),
+                ret_port: 4506
+            })
+        );
+        assert_eq!(
+            resolve(host, 4506, &s, &stop, false),
+            Resolved::Unresolvable
+        );
+        let s = settings("retry_dns: 0.05\nretry_dns_count: 2\n");
+        let start = Instant::now();
+        assert_eq!(resolve(host, 4506, &s, &stop, true), Resolved::Unresolvable);
+        assert!(start.elapsed() >= Duration::from_millis(100));
+        assert_eq!(resolve_master(&s, &stop), None);
+        let s = settings("retry_dns: 60\n");
+        stop.stop();
+        assert_eq!(resolve(host, 4506, &s, &stop, true), Resolved::Stopped);
+        assert!(matches!(
+            resolve("127.0.0.1", 4606, &s, &stop, false),
+            Resolved::Found(MasterAddr { ret_port: 4606, .. })
+        ));
+        assert_eq!(
+            unresolvable_message(""),
+            "Master address: 'unknown address' could not be resolved. Invalid or unresolveable address. Set 'master' value in minion config."
+        );
+    }
+
+    #[test]
+    fn ping_master_is_true_only_when_the_master_answers() {
+        let s = settings("");
+        let ctx = zmq::Context::new();
+        let rep = ctx.socket(zmq::REP).unwrap();
+        rep.bind("tcp://127.0.0.1:*").unwrap();
+        let uri = rep.get_last_endpoint().unwrap().unwrap();
+        let server = std::thread::spawn(move || {
+            let got = rep.recv_bytes(0).unwrap();
+            rep.send(&got, 0).unwrap();
+            halite_proto::value::decode(&got).unwrap()
+        });
+        assert!(ping_master(
+            &ctx,
+            uri.clone(),
+            &s,
+            Duration::from_secs(10),
+            &|| false
+        ));
+        let load = server.join().unwrap();
+        assert_eq!(
+            halite_proto::value::get(&load, "load")
+                .and_then(|l| halite_proto::value::get_str(l, "cmd")),
+            Some("ping")
+        );
+        // Nothing answers any more.
+        assert!(!ping_master(
+            &ctx,
+            uri,
+            &s,
+            Duration::from_millis(200),
+            &|| false
+        ));
+    }
+
+    /// A TCP relay between a subscriber and a publisher that can freeze: it stops moving
+    /// bytes but keeps both connections open, as a master stopped with SIGSTOP does.
+    struct Relay {
+        port: u16,
+        frozen: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    }
+
+    impl Relay {
+        fn start(to: u16) -> Relay {
+            use std::io::{Read, Write};
+            use std::sync::atomic::AtomicBool;
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let port = listener.local_addr().unwrap().port();
+            let frozen = std::sync::Arc::new(AtomicBool::new(false));
+            let f = frozen.clone();
+            std::thread::spawn(move || {
+                for client in listener.incoming() {
+                    let Ok(client) = client else { return };
+                    let Ok(server) = std::net::TcpStream::connect(("127.0.0.1", to)) else {
+                        return;
+                    };
+                    for (mut from, mut into) in [
+                        (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                        (server, client),
+                    ] {
+                        let f = f.clone();
+                        std::thread::spawn(move || {
+                            let mut buf = [0u8; 4096];
+                            loop {
+                                let n = match from.read(&mut buf) {
+                                    Ok(0) | Err(_) => return,
+                                    Ok(n) => n,
+                                };
+                                while f.load(Ordering::SeqCst) {
+                                    std::thread::sleep(Duration::from_millis(10));
+                                }
+                                if into.write_all(&buf[..n]).is_err() {
+                                    return;
+                                }
+                            }
+                        });
+                    }
+                }
+            });
+            Relay { port, frozen }
+        }
+    }
+
+    #[test]
+    fn a_frozen_publisher_is_reported_lost_by_the_heartbeat() {
+        let ctx = zmq::Context::new();
+        let publisher = ctx.socket(zmq::PUB).unwrap();
+        publisher.bind("tcp://127.0.0.1:*").unwrap();
+        let endpoint = publisher.get_last_endpoint().unwrap().unwrap();
+        let pub_port: u16 = endpoint.rsplit(':').next().unwrap().parse().unwrap();
+        let relay = Relay::start(pub_port);
+        let s = settings("master_alive_interval: 1.5\n");
+        let sub =
+            Subscription::connect(&ctx, &format!("tcp://127.0.0.1:{}", relay.port), &s).unwrap();
+        // The link works: a publish comes through.
+        let through = (0..100).any(|_| {
+            publisher.send("hello", 0).unwrap();
+            sub.poll(Duration::from_millis(50))
+                .unwrap()
+                .iter()
+                .any(|e| matches!(e, PubEvent::Frame(f) if f == b"hello"))
+        });
+        assert!(through, "no publish came through the relay");
+        // Several heartbeat periods pass without a false alarm.
+        let quiet_until = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < quiet_until {
+            let events = sub.poll(Duration::from_millis(100)).unwrap();
+            assert!(!events.iter().any(|e| matches!(e, PubEvent::Disconnected)));
+        }
+        relay.frozen.store(true, Ordering::SeqCst);
+        let frozen_at = Instant::now();
+        let lost = loop {
+            let events = sub.poll(Duration::from_millis(50)).unwrap();
+            if events.iter().any(|e| matches!(e, PubEvent::Disconnected)) {
+                break frozen_at.elapsed();
+            }
+            assert!(
+                frozen_at.elapsed() < Duration::from_secs(10),
+                "never reported"
+            );
+        };
+        // PING every 0.5 s, lost after 1 s of silence: within 1.5 s (plus scheduling).
+        relay.frozen.store(false, Ordering::SeqCst);
+        assert!(lost <= Duration::from_millis(1800), "{lost:?}");
+        assert!(lost >= Duration::from_millis(900), "{lost:?}");
+        eprintln!("frozen publisher reported lost after {lost:?}");
     }
 }

@@ -2,28 +2,54 @@
 //! the counterparts of [`crate::envelope`]'s master-side functions.
 //!
 //! - [`auth_request`] builds the clear `_auth` body (`AsyncAuth.minion_sign_in_payload`);
-//!   [`open_auth_reply`] checks the master's signed reply the way
-//!   `AsyncAuth.handle_signin_response` does and returns an [`AuthOutcome`].
+//!   [`open_auth_reply_with`] checks the master's signed reply the way
+//!   `AsyncAuth.handle_signin_response` does, trusting the master's key as [`KeyTrust`]
+//!   says, and returns an [`AuthOutcome`] ([`open_auth_reply`]: Salt's default trust).
 //! - [`aes_request`] wraps a load in a v3 request (`AsyncReqChannel._package_load`);
 //!   [`open_reply`] opens the nonce-bound `send` reply and [`open_pillar_reply`] the
 //!   `send_private` one used for `_pillar`.
 //! - [`PublishFrame::parse`], [`PublishFrame::verify`] and [`PublishKey::open`] take a frame
 //!   from the publish port apart, check its signature and decrypt it with replay protection.
 //!
-//! Everything is pure: the caller reads `minion_master.pub`, writes it when
-//! [`Creds::pin`] says so, owns the sockets and the clock, and decides what to log.
+//! Everything is pure: the caller reads `minion_master.pub` and the verification key
+//! `<master_sign_key_name>.pub`, writes `minion_master.pub` when [`Creds::pin`] says so,
+//! owns the sockets and the clock, and decides what to log.
 //!
-//! Deviations from Salt, both fail closed:
+//! Trusting the master's key (salt-semantics.md §6.6, `AsyncAuth.verify_master`): the first
+//! key is pinned (trust on first use) unless `verify_master_pubkey_sign` asks for a
+//! signature; a changed key is refused unless its signature verifies, and then replaces the
+//! pin (failover between masters with different keys); `pub_sig` must be sent exactly when
+//! the minion verifies (`check_auth_deps`); `master_finger` must match the key's fingerprint.
+//!
+//! Deviations from Salt, all fail closed or are documented fixes:
 //! - Salt writes `minion_master.pub` on first contact *before* it checks the reply's
-//!   signature and nonce; here the key is only handed back for pinning once every check
-//!   passed, so a reply that fails a check never pins a key.
+//!   signature, nonce and `master_finger`; here the key is only handed back for pinning once
+//!   every check passed, so a reply that fails a check never pins a key (Salt pins a key
+//!   whose fingerprint it then rejects).
 //! - Salt verifies a pending reply only when a master key is pinned (there is nothing to
 //!   verify it with otherwise); so does this module, and a pending reply never pins a key.
+//! - With `verify_master_pubkey_sign`, Salt checks the signature only when the key is new or
+//!   changed (or with `always_verify_signature`), so a master whose key is already pinned is
+//!   accepted whatever signed it — even a signing key the minion does not trust
+//!   (salt#55523, reproduced with stock 3008.3). Here the signature is checked on every
+//!   sign-in; `always_verify_signature` only changes what the caller logs.
+//! - Salt verifies the signature over the key text exactly as sent; a signature made over
+//!   the key file *with* its trailing newline (what `salt-key --gen-signature` wrote before
+//!   salt#68930 was fixed, and what such precomputed signature files still hold) never
+//!   verifies. Here the signature may cover the `clean_key` form, the text as sent, or the
+//!   `clean_key` form plus a newline: all are the same key, signed by the trusted key.
+//! - A `pub_sig` that is not base64 or a verification key file that is not an RSA public key
+//!   make Salt raise out of its sign-in; here they are [`AuthError`]s like any other refusal.
+//! - `master_finger` is compared, as in Salt, with `pem_finger` of the key (the digest of the
+//!   lines between the PEM armour), and also accepted when it is the digest of the whole key
+//!   file: that is what `salt-key -F master` prints in 3008.3, the value Salt's documentation
+//!   says to configure, which a stock 3008.3 minion refuses. Both are digests of the same key.
 
 use crate::crypticle::{self, Crypticle};
 use crate::envelope::sha256_hex;
-use crate::pem::clean_key;
+use crate::pem::{clean_key, pem_finger};
 use crate::rsa::{EncAlgo, PrivateKey, PublicKey, SigAlgo};
+use crate::signing::a2b_base64;
 use crate::value::{self, bin, s};
 use crate::{Error, Result, Value};
 
@@ -96,8 +122,11 @@ pub struct Creds {
     pub publish_port: u16,
     /// The master public key, `clean_key` form.
     pub master_pub: String,
-    /// True on first contact: the caller must write `master_pub` to `minion_master.pub`.
+    /// True on first contact, or when a changed key's signature verified: the caller must
+    /// write `master_pub` to `minion_master.pub`.
     pub pin: bool,
+    /// True when `pub_sig` was checked and verified with the verification key.
+    pub verified: bool,
 }
 
 impl std::fmt::Debug for Creds {
@@ -105,6 +134,7 @@ impl std::fmt::Debug for Creds {
         f.debug_struct("Creds")
             .field("publish_port", &self.publish_port)
             .field("pin", &self.pin)
+            .field("verified", &self.verified)
             .finish_non_exhaustive()
     }
 }
@@ -126,18 +156,48 @@ pub enum AuthOutcome {
     BadSigAlgo,
 }
 
-/// Why a sign-in reply was refused.
+/// Why a sign-in reply was refused. The messages are Salt's log lines.
 #[derive(Debug, thiserror::Error)]
 pub enum AuthError {
     /// The reply is not a signed clear envelope (e.g. the string `"bad load"`).
     #[error("Sign-in attempt failed: {0}")]
     NotSigned(String),
-    /// The master sent a public key different from the pinned `minion_master.pub`.
+    /// The master sent a public key different from the pinned `minion_master.pub`, and the
+    /// minion does not verify signatures.
     #[error("The master key has changed, the salt master could have been subverted, verify salt master's public key")]
     MasterKeyChanged,
-    /// The master sent `pub_sig`, which needs `verify_master_pubkey_sign` (not supported).
-    #[error("The masters sent its public-key signature, but signature verification is not enabled on the minion. Either enable it, or disable signing on the master.")]
+    /// The master sent `pub_sig` but the minion does not verify (`check_auth_deps`).
+    #[error("The masters sent its public-key signature, but signature verification is not enabled on the minion. Either enable signature verification on the minion or disable signing the public key on the master!")]
     UnexpectedPubSig,
+    /// The minion verifies but the master sent no `pub_sig` (`check_auth_deps`).
+    #[error("The master did not send its public-key signature, but signature verification is enabled on the minion. Either disable signature verification on the minion or enable signing the public on the master!")]
+    MissingPubSig,
+    /// The verification key file does not exist.
+    #[error("Verification public key {file} does not exist. You need to copy it from the master to the minions pki directory")]
+    SignKeyMissing {
+        /// `<master_sign_key_name>.pub`.
+        file: String,
+    },
+    /// The verification key file is not an RSA public key.
+    #[error("There was an error while verifying the masters public-key signature: the verification public key {file} is not an RSA public key ({reason})")]
+    SignKeyInvalid {
+        /// `<master_sign_key_name>.pub`.
+        file: String,
+        /// What the PEM reader said.
+        reason: String,
+    },
+    /// `pub_sig` is not base64 text.
+    #[error("There was an error while verifying the masters public-key signature: {0}")]
+    PubSigMalformed(String),
+    /// `pub_sig` is not a signature of the master's key by the verification key.
+    #[error("Received signed public-key from master {master} but signature verification failed!")]
+    PubSigFailed {
+        /// The master, as named in the configuration.
+        master: String,
+        /// True when the key is the pinned one (Salt then adds "The masters public could
+        /// not be verified. Is the verification pubkey ... up to date?").
+        pinned: bool,
+    },
     /// The master did not prove it holds the pinned key: the token it returned is not ours.
     #[error("The master failed to decrypt the random minion token")]
     BadToken,
@@ -150,9 +210,51 @@ pub enum AuthError {
     /// The reply echoes another nonce (a replayed or misrouted reply).
     #[error("The payload nonce did not validate.")]
     BadNonce,
+    /// `master_finger` is not the fingerprint of the key the master sent (Salt exits 42).
+    #[error("The specified fingerprint in the master configuration file:\n{expected}\nDoes not match the authenticating master's key:\n{actual}\nVerify that the configured fingerprint matches the fingerprint of the correct master and that this minion is not subject to a man-in-the-middle attack.")]
+    MasterFinger {
+        /// `master_finger`.
+        expected: String,
+        /// The fingerprint of the master's key.
+        actual: String,
+    },
     /// A field is missing, mistyped or does not decrypt.
     #[error("malformed sign-in reply: {0}")]
     Malformed(#[from] Error),
+}
+
+/// How the minion trusts the public key a master presents: `verify_master_pubkey_sign`,
+/// `always_verify_signature` (the caller's logging only, see the module notes),
+/// `master_sign_key_name`, `master_finger`. [`KeyTrust::default`] is Salt's default: trust on
+/// first use, no signature, no fingerprint.
+#[derive(Debug, Clone, Copy)]
+pub struct KeyTrust<'a> {
+    /// `verify_master_pubkey_sign`.
+    pub verify_sign: bool,
+    /// The verification key's file name, `<master_sign_key_name>.pub` (for messages).
+    pub sign_key_file: &'a str,
+    /// The verification key file's contents; `None` when there is no such file. Only used
+    /// with `verify_sign`.
+    pub sign_key: Option<&'a [u8]>,
+    /// `master_finger`, when set and not empty.
+    pub master_finger: Option<&'a str>,
+    /// `hash_type`, for the fingerprint.
+    pub hash_type: &'a str,
+    /// The master as the configuration names it (for messages).
+    pub master: &'a str,
+}
+
+impl Default for KeyTrust<'_> {
+    fn default() -> Self {
+        KeyTrust {
+            verify_sign: false,
+            sign_key_file: "master_sign.pub",
+            sign_key: None,
+            master_finger: None,
+            hash_type: "sha256",
+            master: "",
+        }
+    }
 }
 
 /// What the minion knows when it reads a sign-in reply.
@@ -176,16 +278,27 @@ fn malformed(what: &str) -> AuthError {
     AuthError::Malformed(Error::Malformed(what.to_owned()))
 }
 
-/// `AsyncAuth.handle_signin_response`: checks a reply to [`auth_request`].
-///
-/// Checks, in Salt's order: a signed clear envelope; on acceptance the master key against
-/// the pin (refusing a changed key), the X9.31 signature of the AES key, the returned token;
-/// then the signature over the load bytes (with the pinned key, or on first contact with the
-/// key the reply carries) and the nonce. A pending or rejected reply without a pinned key
-/// cannot be verified, as in Salt.
+/// [`open_auth_reply_with`] with Salt's default trust ([`KeyTrust::default`]).
 pub fn open_auth_reply(
     reply: &Value,
     st: &SignInState<'_>,
+) -> std::result::Result<AuthOutcome, AuthError> {
+    open_auth_reply_with(reply, st, &KeyTrust::default())
+}
+
+/// `AsyncAuth.handle_signin_response`: checks a reply to [`auth_request`].
+///
+/// Checks, in Salt's order: a signed clear envelope; on acceptance the master key
+/// ([`KeyTrust`]: `pub_sig` sent exactly when the minion verifies, its signature, a changed
+/// key refused unless signed), the X9.31 signature of the AES key, the returned token
+/// (not for a changed key: its master could not decrypt a token sealed for the old one);
+/// then the signature over the load bytes (with the pinned key, or with the key the reply
+/// carries when it is new or verified) and the nonce; last `master_finger`. A pending or
+/// rejected reply without a pinned key cannot be verified, as in Salt.
+pub fn open_auth_reply_with(
+    reply: &Value,
+    st: &SignInState<'_>,
+    trust: &KeyTrust<'_>,
 ) -> std::result::Result<AuthOutcome, AuthError> {
     let Some(load) = value::get(reply, "load") else {
         return Err(AuthError::NotSigned(describe(reply)));
@@ -203,19 +316,23 @@ pub fn open_auth_reply(
     let pinned = st.pinned.map(clean_key);
 
     let mut creds = None;
-    let verify_key = if let Some(pub_key) = value::get_str(&inner, "pub_key") {
-        let offered = clean_key(pub_key);
-        if let Some(pinned) = &pinned {
-            if *pinned != offered && st.token.is_some() {
-                return Err(AuthError::MasterKeyChanged);
-            }
-        }
-        if value::get(&inner, "pub_sig").is_some() {
-            return Err(AuthError::UnexpectedPubSig);
-        }
+    let verify_key = if let Some(sent) = value::get_str(&inner, "pub_key") {
+        let offered = clean_key(sent);
+        // Salt compares with the pin only when it sent a token, i.e. when a key is pinned.
+        let known = st.token.is_some() && pinned.as_deref() == Some(offered.as_str());
+        let changed = st.token.is_some() && pinned.is_some() && !known;
+        let verified = check_master_key(&inner, sent, &offered, known, changed, st, trust)?;
         let master = PublicKey::from_pem(offered.as_bytes())?;
-        let c = extract_keys(&inner, st, &master, &offered, pinned.is_none())?;
-        creds = Some(c);
+        let token = if changed { None } else { st.token };
+        let (aes, session, publish_port) = extract_keys(&inner, st, &master, token)?;
+        creds = Some(Creds {
+            aes,
+            session,
+            publish_port,
+            master_pub: offered,
+            pin: pinned.is_none() || changed,
+            verified,
+        });
         Some(master)
     } else {
         match &pinned {
@@ -240,19 +357,104 @@ pub fn open_auth_reply(
             AuthOutcome::Pending
         });
     }
-    creds
-        .map(AuthOutcome::Accepted)
-        .ok_or_else(|| malformed("reply holds neither keys nor ret"))
+    let creds = creds.ok_or_else(|| malformed("reply holds neither keys nor ret"))?;
+    if let Some(expected) = trust.master_finger.filter(|f| !f.is_empty()) {
+        let actual = pem_finger(creds.master_pub.as_bytes(), trust.hash_type)?;
+        if actual != expected && !is_key_file_finger(&creds.master_pub, expected, trust.hash_type)?
+        {
+            return Err(AuthError::MasterFinger {
+                expected: expected.to_owned(),
+                actual,
+            });
+        }
+    }
+    Ok(AuthOutcome::Accepted(creds))
 }
 
-/// `decrypt_aes` + `extract_aes` + the session key of `handle_signin_response`.
+/// Whether `finger` is the fingerprint `salt-key -F master` prints for the key
+/// `master_clean`: Salt 3008.3's `Key.finger` hashes the whole key file (`pem_finger(key=..)`,
+/// armour lines and trailing newline included), not the body `master_finger` is checked
+/// against, so the value its documentation tells operators to copy never matches on a stock
+/// minion. The file is the `clean_key` text with or without its final newline.
+fn is_key_file_finger(master_clean: &str, finger: &str, hash_type: &str) -> Result<bool> {
+    let md = openssl::hash::MessageDigest::from_name(hash_type)
+        .ok_or_else(|| Error::UnsupportedAlgorithm(hash_type.to_owned()))?;
+    for text in [format!("{master_clean}\n"), master_clean.to_owned()] {
+        let digest = openssl::hash::hash(md, text.as_bytes())?;
+        let hex: Vec<String> = digest.iter().map(|b| format!("{b:02x}")).collect();
+        if hex.join(":") == finger {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// `check_auth_deps` + the signature part of `verify_master`: whether the offered key may
+/// be used. Returns whether its signature was verified.
+fn check_master_key(
+    inner: &Value,
+    sent: &str,
+    offered: &str,
+    known: bool,
+    changed: bool,
+    st: &SignInState<'_>,
+    trust: &KeyTrust<'_>,
+) -> std::result::Result<bool, AuthError> {
+    match (value::get(inner, "pub_sig"), trust.verify_sign) {
+        (Some(_), false) => Err(AuthError::UnexpectedPubSig),
+        (None, true) => Err(AuthError::MissingPubSig),
+        (None, false) if changed => Err(AuthError::MasterKeyChanged),
+        (None, false) => Ok(false),
+        (Some(pub_sig), true) => {
+            let file = || trust.sign_key_file.to_owned();
+            let pem = trust
+                .sign_key
+                .ok_or_else(|| AuthError::SignKeyMissing { file: file() })?;
+            let text = value::bytes_of(pub_sig).ok_or_else(|| {
+                AuthError::PubSigMalformed("pub_sig is not base64 text".to_owned())
+            })?;
+            let raw = a2b_base64(text).map_err(|e| AuthError::PubSigMalformed(e.to_string()))?;
+            let verifier = PublicKey::from_pem(pem).map_err(|e| AuthError::SignKeyInvalid {
+                file: file(),
+                reason: e.to_string(),
+            })?;
+            if signed_forms(sent, offered)
+                .iter()
+                .any(|text| verifier.verify(text.as_bytes(), &raw, st.sig_algo))
+            {
+                Ok(true)
+            } else {
+                Err(AuthError::PubSigFailed {
+                    master: trust.master.to_owned(),
+                    pinned: known,
+                })
+            }
+        }
+    }
+}
+
+/// The texts of one key a master may have signed: the `clean_key` form (what Salt 3008
+/// masters sign and send), the text as sent (older masters send the file with its newline
+/// and sign that), and the `clean_key` form with a trailing newline (a signature file made
+/// before salt#68930 was fixed).
+fn signed_forms(sent: &str, offered: &str) -> Vec<String> {
+    let mut forms = vec![offered.to_owned()];
+    for form in [sent.to_owned(), format!("{offered}\n")] {
+        if !forms.contains(&form) {
+            forms.push(form);
+        }
+    }
+    forms
+}
+
+/// `decrypt_aes` + `extract_aes` + the session key of `handle_signin_response`: the AES
+/// key, the session key and the publish port. `token` is the one the master must echo.
 fn extract_keys(
     inner: &Value,
     st: &SignInState<'_>,
     master: &PublicKey,
-    master_clean: &str,
-    pin: bool,
-) -> std::result::Result<Creds, AuthError> {
+    token: Option<&[u8]>,
+) -> std::result::Result<(String, String, u16), AuthError> {
     let field = |k: &str| value::get_bytes(inner, k).ok_or_else(|| malformed(k));
     let aes_raw = st.key.decrypt(field("aes")?, st.enc_algo)?;
     let aes_str =
@@ -261,13 +463,13 @@ fn extract_keys(
         return Err(AuthError::BadAesSig);
     }
     let (aes, echoed) = match aes_str.split_once("_|-") {
-        Some((aes, token)) => (aes.to_owned(), Some(token.as_bytes().to_vec())),
+        Some((aes, echoed)) => (aes.to_owned(), Some(echoed.as_bytes().to_vec())),
         None => match value::get_bytes(inner, "token") {
             Some(t) => (aes_str.clone(), Some(st.key.decrypt(t, st.enc_algo)?)),
             None => (aes_str.clone(), None),
         },
     };
-    if let Some(sent) = st.token {
+    if let Some(sent) = token {
         if echoed.as_deref() != Some(sent) {
             return Err(AuthError::BadToken);
         }
@@ -280,13 +482,7 @@ fn extract_keys(
     let publish_port = value::get_i64(inner, "publish_port")
         .and_then(|p| u16::try_from(p).ok())
         .ok_or_else(|| malformed("publish_port"))?;
-    Ok(Creds {
-        aes,
-        session,
-        publish_port,
-        master_pub: master_clean.to_owned(),
-        pin,
-    })
+    Ok((aes, session, publish_port))
 }
 
 /// A short rendering of an unexpected reply for the log (Salt logs the whole payload).
@@ -562,9 +758,10 @@ impl PublishKey {
 mod tests {
     use super::*;
     use crate::envelope::{
-        accept_reply, aes_key_sig, open_aes_request, pillar_reply, publish_frame, ret_reply,
+        accept_reply_with, aes_key_sig, open_aes_request, pillar_reply, publish_frame, ret_reply,
         seal_reply, AcceptKeys, AuthRequest, Request,
     };
+    use crate::signing::{b2a_base64, PubKeySignature};
     use crate::value::map;
     use std::sync::OnceLock;
 
@@ -895,21 +1092,60 @@ mod tests {
         reply: Value,
         nonce: String,
         token: Option<Vec<u8>>,
+        sig_algo: SigAlgo,
+    }
+
+    /// What an accepting master puts in its reply besides the keys.
+    struct Offer {
+        /// The `pub_key` text; the `clean_key` form of the master's key when `None`.
+        pub_key: Option<String>,
+        pub_sig: Option<Value>,
+        /// The minion's `signing_algorithm` (asked in the request).
+        sig_algo: SigAlgo,
+    }
+
+    impl Offer {
+        fn unsigned() -> Offer {
+            Offer {
+                pub_key: None,
+                pub_sig: None,
+                sig_algo: SigAlgo::Pkcs1v15Sha1,
+            }
+        }
+
+        /// A reply from `master` with `pub_sig` computed by `signer`, as a signing master
+        /// sends it.
+        fn signed(master: &PrivateKey, signer: &PrivateKey, sig_algo: SigAlgo) -> Offer {
+            let pub_sig = PubKeySignature::computed(signer.clone(), &pem_of(master))
+                .value(sig_algo)
+                .unwrap();
+            Offer {
+                pub_key: None,
+                pub_sig: Some(pub_sig),
+                sig_algo,
+            }
+        }
     }
 
     /// A sign-in answered by Halite's master-side functions with `master`.
     fn exchange(master: &PrivateKey, pinned: Option<&str>, accept: bool) -> Exchange {
+        exchange_with(master, pinned, accept.then(Offer::unsigned))
+    }
+
+    /// A sign-in answered by `master`: accepted with `offer`, or pending when `None`.
+    fn exchange_with(master: &PrivateKey, pinned: Option<&str>, offer: Option<Offer>) -> Exchange {
         let (_, minion, _) = keys();
         let pub_clean = pem_of(minion);
         let nonce = new_nonce();
         let token = pinned.map(|_| new_token());
         let pinned_key = pinned.map(|p| PublicKey::from_pem(p.as_bytes()).unwrap());
+        let sig_algo = offer.as_ref().map_or(SigAlgo::Pkcs1v15Sha1, |o| o.sig_algo);
         let body = auth_request(&SignIn {
             id: "m1",
             pub_clean: &pub_clean,
             nonce: &nonce,
             enc_algo: EncAlgo::OaepSha1,
-            sig_algo: SigAlgo::Pkcs1v15Sha1,
+            sig_algo,
             autosign_grains: None,
             token: pinned_key.as_ref().zip(token.as_deref()),
         })
@@ -919,10 +1155,10 @@ mod tests {
             panic!("not a v3 clear request")
         };
         let req = AuthRequest::parse(&load).unwrap();
-        let reply = if accept {
-            let mpub = pem_of(master);
+        let reply = if let Some(offer) = offer {
+            let mpub = offer.pub_key.unwrap_or_else(|| pem_of(master));
             let aes = crypticle::generate_key_string();
-            accept_reply(
+            accept_reply_with(
                 master,
                 &PublicKey::from_pem(req.pub_pem.as_bytes()).unwrap(),
                 &req,
@@ -933,6 +1169,7 @@ mod tests {
                     session: &crypticle::generate_key_string(),
                     aes_sig: &aes_key_sig(master, &aes).unwrap(),
                 },
+                offer.pub_sig,
             )
             .unwrap()
         } else {
@@ -942,6 +1179,7 @@ mod tests {
             reply: value::decode(&value::encode(&reply)).unwrap(),
             nonce,
             token,
+            sig_algo,
         }
     }
 
@@ -952,7 +1190,7 @@ mod tests {
             pinned,
             token: x.token.as_deref(),
             enc_algo: EncAlgo::OaepSha1,
-            sig_algo: SigAlgo::Pkcs1v15Sha1,
+            sig_algo: x.sig_algo,
         }
     }
 
@@ -1020,6 +1258,320 @@ mod tests {
             open_auth_reply(&garbage, &state(&x, None)),
             Err(AuthError::Malformed(_))
         ));
+    }
+
+    // ------------------------------------------------------------ trusting the master key
+
+    /// The signing pair a signing master holds (`master_sign.pem`); the minion has its pub.
+    fn signer() -> &'static PrivateKey {
+        static K: OnceLock<PrivateKey> = OnceLock::new();
+        K.get_or_init(|| PrivateKey::generate(2048).unwrap())
+    }
+
+    /// The minion's copy of `master_sign.pub`, as the master wrote it.
+    fn signer_pub() -> &'static str {
+        static P: OnceLock<String> = OnceLock::new();
+        P.get_or_init(|| signer().public_key().unwrap().to_pem().unwrap())
+    }
+
+    /// `verify_master_pubkey_sign: True` with `sign_key` as `master_sign.pub`.
+    fn verifying(sign_key: &[u8]) -> KeyTrust<'_> {
+        KeyTrust {
+            verify_sign: true,
+            sign_key: Some(sign_key),
+            master: "127.0.0.1",
+            ..KeyTrust::default()
+        }
+    }
+
+    fn accepted(out: std::result::Result<AuthOutcome, AuthError>) -> Creds {
+        match out {
+            Ok(AuthOutcome::Accepted(creds)) => creds,
+            other => panic!("not accepted: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn signed_key_verifies_on_first_contact_with_either_algorithm_and_is_pinned() {
+        let (master, _, _) = keys();
+        for algo in [SigAlgo::Pkcs1v15Sha1, SigAlgo::Pkcs1v15Sha224] {
+            let x = exchange_with(master, None, Some(Offer::signed(master, signer(), algo)));
+            let trust = verifying(signer_pub().as_bytes());
+            let creds = accepted(open_auth_reply_with(&x.reply, &state(&x, None), &trust));
+            assert!(creds.pin && creds.verified, "{algo:?}");
+            assert_eq!(creds.master_pub, pem_of(master));
+        }
+        // Signed with SHA-1 but the minion's signing_algorithm is SHA-224: not verified.
+        let mut x = exchange_with(
+            master,
+            None,
+            Some(Offer::signed(master, signer(), SigAlgo::Pkcs1v15Sha1)),
+        );
+        x.sig_algo = SigAlgo::Pkcs1v15Sha224;
+        let trust = verifying(signer_pub().as_bytes());
+        let out = open_auth_reply_with(&x.reply, &state(&x, None), &trust);
+        assert!(
+            matches!(out, Err(AuthError::PubSigFailed { pinned: false, .. })),
+            "{out:?}"
+        );
+    }
+
+    #[test]
+    fn a_changed_key_with_a_verified_signature_replaces_the_pin() {
+        let (master, _, other_master) = keys();
+        let old = pem_of(master);
+        // The new master cannot decrypt the token sealed for the old key; Salt skips the
+        // token check for a verified new key, and so does this module.
+        let offer = Offer::signed(other_master, signer(), SigAlgo::Pkcs1v15Sha1);
+        let x = exchange_with(other_master, Some(&old), Some(offer));
+        let trust = verifying(signer_pub().as_bytes());
+        let creds = accepted(open_auth_reply_with(
+            &x.reply,
+            &state(&x, Some(&old)),
+            &trust,
+        ));
+        assert!(creds.pin && creds.verified);
+        assert_eq!(creds.master_pub, pem_of(other_master));
+        // The same reply to a minion that does not verify: the key changed, refused.
+        let x = exchange(other_master, Some(&old), true);
+        assert!(matches!(
+            open_auth_reply_with(&x.reply, &state(&x, Some(&old)), &KeyTrust::default()),
+            Err(AuthError::MasterKeyChanged)
+        ));
+    }
+
+    #[test]
+    fn the_pinned_key_verified_again_is_kept_and_the_token_still_checked() {
+        let (master, _, _) = keys();
+        let pinned = pem_of(master);
+        let offer = Offer::signed(master, signer(), SigAlgo::Pkcs1v15Sha1);
+        let x = exchange_with(master, Some(&pinned), Some(offer));
+        let trust = verifying(signer_pub().as_bytes());
+        let creds = accepted(open_auth_reply_with(
+            &x.reply,
+            &state(&x, Some(&pinned)),
+            &trust,
+        ));
+        assert!(!creds.pin && creds.verified);
+        let mut st = state(&x, Some(&pinned));
+        st.token = Some(b"not the token sent");
+        assert!(matches!(
+            open_auth_reply_with(&x.reply, &st, &trust),
+            Err(AuthError::BadToken)
+        ));
+    }
+
+    /// salt#55523: Salt accepts a pinned master whatever key signed it.
+    #[test]
+    fn a_key_signed_by_another_signing_key_is_refused_even_when_pinned() {
+        let (master, _, impostor) = keys();
+        let pinned = pem_of(master);
+        let trust = verifying(signer_pub().as_bytes());
+        for (pin, expect_pinned) in [(None, false), (Some(pinned.as_str()), true)] {
+            let offer = Offer::signed(master, impostor, SigAlgo::Pkcs1v15Sha1);
+            let x = exchange_with(master, pin, Some(offer));
+            match open_auth_reply_with(&x.reply, &state(&x, pin), &trust) {
+                Err(e @ AuthError::PubSigFailed { pinned, .. }) => {
+                    assert_eq!(pinned, expect_pinned);
+                    assert_eq!(
+                        e.to_string(),
+                        "Received signed public-key from master 127.0.0.1 but signature verification failed!"
+                    );
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        // A changed key signed by another signing key is not a reason to re-pin either.
+        let offer = Offer::signed(impostor, impostor, SigAlgo::Pkcs1v15Sha1);
+        let x = exchange_with(impostor, Some(&pinned), Some(offer));
+        assert!(matches!(
+            open_auth_reply_with(&x.reply, &state(&x, Some(&pinned)), &trust),
+            Err(AuthError::PubSigFailed { pinned: false, .. })
+        ));
+    }
+
+    /// salt#68930: signature files made from the key file kept its trailing newline.
+    #[test]
+    fn a_signature_over_the_key_with_a_trailing_newline_verifies() {
+        let (master, _, _) = keys();
+        let file_text = master.public_key().unwrap().to_pem().unwrap();
+        assert!(file_text.ends_with('\n'));
+        let sig = signer()
+            .sign(file_text.as_bytes(), SigAlgo::Pkcs1v15Sha1)
+            .unwrap();
+        let trust = verifying(signer_pub().as_bytes());
+        // Sent clean (a 3008 master), as a precomputed signature file's text (a string).
+        let offer = Offer {
+            pub_key: None,
+            pub_sig: Some(s(clean_key(&b2a_base64(&sig)))),
+            sig_algo: SigAlgo::Pkcs1v15Sha1,
+        };
+        let x = exchange_with(master, None, Some(offer));
+        let creds = accepted(open_auth_reply_with(&x.reply, &state(&x, None), &trust));
+        assert!(creds.verified && creds.pin);
+        assert_eq!(creds.master_pub, pem_of(master), "pinned in clean form");
+        // Sent with the newline and signed as sent (an older master).
+        let offer = Offer {
+            pub_key: Some(file_text.clone()),
+            pub_sig: Some(bin(b2a_base64(&sig).into_bytes())),
+            sig_algo: SigAlgo::Pkcs1v15Sha1,
+        };
+        let x = exchange_with(master, None, Some(offer));
+        let creds = accepted(open_auth_reply_with(&x.reply, &state(&x, None), &trust));
+        assert_eq!(creds.master_pub, pem_of(master));
+        // Any other text is not the key that was sent.
+        let other = signer()
+            .sign(format!("{file_text}\n").as_bytes(), SigAlgo::Pkcs1v15Sha1)
+            .unwrap();
+        let offer = Offer {
+            pub_key: None,
+            pub_sig: Some(bin(b2a_base64(&other).into_bytes())),
+            sig_algo: SigAlgo::Pkcs1v15Sha1,
+        };
+        let x = exchange_with(master, None, Some(offer));
+        assert!(matches!(
+            open_auth_reply_with(&x.reply, &state(&x, None), &trust),
+            Err(AuthError::PubSigFailed { .. })
+        ));
+    }
+
+    #[test]
+    fn pub_sig_must_be_sent_exactly_when_the_minion_verifies() {
+        let (master, _, _) = keys();
+        let offer = Offer::signed(master, signer(), SigAlgo::Pkcs1v15Sha1);
+        let x = exchange_with(master, None, Some(offer));
+        let err =
+            open_auth_reply_with(&x.reply, &state(&x, None), &KeyTrust::default()).unwrap_err();
+        assert!(matches!(err, AuthError::UnexpectedPubSig));
+        assert_eq!(err.to_string(), "The masters sent its public-key signature, but signature verification is not enabled on the minion. Either enable signature verification on the minion or disable signing the public key on the master!");
+        let x = exchange(master, None, true);
+        let trust = verifying(signer_pub().as_bytes());
+        let err = open_auth_reply_with(&x.reply, &state(&x, None), &trust).unwrap_err();
+        assert!(matches!(err, AuthError::MissingPubSig));
+        assert_eq!(err.to_string(), "The master did not send its public-key signature, but signature verification is enabled on the minion. Either disable signature verification on the minion or enable signing the public on the master!");
+        // The stock master's reply carries no pub_sig either.
+        let reply = value::decode(vbytes("auth.first", "reply")).unwrap();
+        let st = vector_state(fixed("auth_nonce"), None, None);
+        assert!(matches!(
+            open_auth_reply_with(&reply, &st, &trust),
+            Err(AuthError::MissingPubSig)
+        ));
+        // A pending reply has no key to check: still pending.
+        let x = exchange_with(master, None, None);
+        assert!(matches!(
+            open_auth_reply_with(&x.reply, &state(&x, None), &trust),
+            Ok(AuthOutcome::Pending)
+        ));
+    }
+
+    #[test]
+    fn a_missing_or_junk_verification_key_and_a_bad_pub_sig_are_errors() {
+        let (master, _, _) = keys();
+        let signed = || Some(Offer::signed(master, signer(), SigAlgo::Pkcs1v15Sha1));
+        let x = exchange_with(master, None, signed());
+        let st = state(&x, None);
+        let missing = KeyTrust {
+            sign_key: None,
+            ..verifying(b"")
+        };
+        let err = open_auth_reply_with(&x.reply, &st, &missing).unwrap_err();
+        assert!(matches!(err, AuthError::SignKeyMissing { .. }));
+        assert_eq!(err.to_string(), "Verification public key master_sign.pub does not exist. You need to copy it from the master to the minions pki directory");
+        let private_pem = signer().to_pem().unwrap();
+        for junk in [
+            &b"junk"[..],
+            b"",
+            b"-----BEGIN PUBLIC KEY-----\n!!\n-----END PUBLIC KEY-----\n",
+            private_pem.as_bytes(),
+        ] {
+            let err = open_auth_reply_with(&x.reply, &st, &verifying(junk)).unwrap_err();
+            assert!(matches!(err, AuthError::SignKeyInvalid { .. }), "{err:?}");
+            assert!(err.to_string().contains("master_sign.pub"), "{err}");
+        }
+        let trust = verifying(signer_pub().as_bytes());
+        for bad in [s("not base64 *"), Value::from(5), Value::Nil] {
+            let offer = Offer {
+                pub_key: None,
+                pub_sig: Some(bad.clone()),
+                sig_algo: SigAlgo::Pkcs1v15Sha1,
+            };
+            let x = exchange_with(master, None, Some(offer));
+            let out = open_auth_reply_with(&x.reply, &state(&x, None), &trust);
+            assert!(
+                matches!(out, Err(AuthError::PubSigMalformed(_))),
+                "{bad}: {out:?}"
+            );
+        }
+        // Base64 of something that is no signature at all.
+        let offer = Offer {
+            pub_key: None,
+            pub_sig: Some(s("AAAA")),
+            sig_algo: SigAlgo::Pkcs1v15Sha1,
+        };
+        let x = exchange_with(master, None, Some(offer));
+        assert!(matches!(
+            open_auth_reply_with(&x.reply, &state(&x, None), &trust),
+            Err(AuthError::PubSigFailed { .. })
+        ));
+    }
+
+    #[test]
+    fn master_finger_must_be_the_fingerprint_of_the_key_sent() {
+        let (master, _, impostor) = keys();
+        let file = master.public_key().unwrap().to_pem().unwrap();
+        for hash_type in ["sha256", "md5"] {
+            let finger = pem_finger(file.as_bytes(), hash_type).unwrap();
+            let pinned_finger = KeyTrust {
+                master_finger: Some(&finger),
+                hash_type,
+                ..KeyTrust::default()
+            };
+            let x = exchange(master, None, true);
+            let creds = accepted(open_auth_reply_with(
+                &x.reply,
+                &state(&x, None),
+                &pinned_finger,
+            ));
+            assert!(creds.pin);
+            let x = exchange(impostor, None, true);
+            match open_auth_reply_with(&x.reply, &state(&x, None), &pinned_finger) {
+                Err(e @ AuthError::MasterFinger { .. }) => {
+                    let actual = pem_finger(pem_of(impostor).as_bytes(), hash_type).unwrap();
+                    assert_eq!(
+                        e.to_string(),
+                        format!("The specified fingerprint in the master configuration file:\n{finger}\nDoes not match the authenticating master's key:\n{actual}\nVerify that the configured fingerprint matches the fingerprint of the correct master and that this minion is not subject to a man-in-the-middle attack.")
+                    );
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        // The fingerprint `salt-key -F master` prints in 3008.3: the digest of the whole
+        // key file (armour and newline included).
+        let file_finger = {
+            let digest =
+                openssl::hash::hash(openssl::hash::MessageDigest::sha256(), file.as_bytes())
+                    .unwrap();
+            let hex: Vec<String> = digest.iter().map(|b| format!("{b:02x}")).collect();
+            hex.join(":")
+        };
+        let key_file = KeyTrust {
+            master_finger: Some(&file_finger),
+            ..KeyTrust::default()
+        };
+        let x = exchange(master, None, true);
+        accepted(open_auth_reply_with(&x.reply, &state(&x, None), &key_file));
+        let x = exchange(impostor, None, true);
+        assert!(matches!(
+            open_auth_reply_with(&x.reply, &state(&x, None), &key_file),
+            Err(AuthError::MasterFinger { .. })
+        ));
+        // Empty means unset, as Salt's default ''.
+        let x = exchange(impostor, None, true);
+        let unset = KeyTrust {
+            master_finger: Some(""),
+            ..KeyTrust::default()
+        };
+        accepted(open_auth_reply_with(&x.reply, &state(&x, None), &unset));
     }
 
     fn who(tok: &[u8]) -> Requester<'_> {

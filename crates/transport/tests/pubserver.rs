@@ -304,6 +304,37 @@ fn libzmq_subscriber_with_heartbeats_stays_connected() {
     assert_eq!(srv.subscribers(), 1);
 }
 
+/// A minion judges its master by its heartbeats (`master_alive_interval`): a master's
+/// publish port answers them even when it sends none of its own (the default).
+#[test]
+fn a_server_without_heartbeats_answers_a_subscribers_pings() {
+    let srv = plain_server();
+    let ctx = zmq::Context::new();
+    let s = ctx.socket(zmq::SUB).unwrap();
+    s.set_rcvtimeo(100).unwrap();
+    s.set_heartbeat_ivl(50).unwrap();
+    s.set_heartbeat_timeout(200).unwrap();
+    s.set_subscribe(b"").unwrap();
+    s.monitor(
+        "inproc://hb-plain-mon",
+        zmq::SocketEvent::DISCONNECTED as i32,
+    )
+    .unwrap();
+    let mon = ctx.socket(zmq::PAIR).unwrap();
+    mon.connect("inproc://hb-plain-mon").unwrap();
+    s.connect(&format!("tcp://{}", srv.local_addr())).unwrap();
+    sync_probe(&srv, &[&s], b"probe");
+    // Many heartbeat timeouts long, with nothing published meanwhile.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert!(
+        mon.recv_multipart(zmq::DONTWAIT).is_err(),
+        "the subscriber's heartbeat timed out"
+    );
+    srv.publish(b"still here".to_vec()).unwrap();
+    assert_eq!(recv_skipping(&s, b"probe").unwrap(), b"still here");
+    assert_eq!(srv.subscribers(), 1);
+}
+
 #[test]
 fn garbage_and_wrong_peers_are_dropped_while_subscribers_keep_receiving() {
     let srv = plain_server();
