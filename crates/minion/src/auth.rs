@@ -244,7 +244,7 @@ impl Auth {
             if self.stop.is_stopped() {
                 return Err(Error::Stopped);
             }
-            if s.auth_safemode {
+            if s.sign_in_timeout_is_error {
                 return Err(Error::Auth(
                     "Attempt to authenticate with the salt master failed with timeout error".into(),
                 ));

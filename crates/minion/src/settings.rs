@@ -45,8 +45,12 @@ pub struct Settings {
     pub auth_timeout: Duration,
     /// `auth_retries`: sign-ins before giving up (0: forever).
     pub auth_retries: u32,
-    /// `auth_safemode`: a sign-in timeout is an error instead of a retry.
-    pub auth_safemode: bool,
+    /// A sign-in timeout is an error instead of a retry: set for each master of a
+    /// failover list, so a silent master passes the turn to the next (Salt gets there with
+    /// `auth_safemode: False`, its default, whose `SaltClientError` the failover loop
+    /// catches). `auth_safemode` itself is not read: with one master Salt retries either
+    /// way (inside `sign_in` when it is true, in the connect loop when it is false).
+    pub sign_in_timeout_is_error: bool,
     /// `rejected_retry`: keep retrying instead of exiting when the key is rejected.
     pub rejected_retry: bool,
     /// `sign_pub_messages`: require and verify the master's publish signatures.
@@ -272,7 +276,7 @@ impl Settings {
             auth_tries: cfg.auth_tries.max(1),
             auth_timeout: Duration::from_secs(cfg.auth_timeout.max(1)),
             auth_retries: o.int("auth_retries", 0, 0, i64::from(u32::MAX))? as u32,
-            auth_safemode: o.boolean("auth_safemode", false)?,
+            sign_in_timeout_is_error: false,
             rejected_retry: o.boolean("rejected_retry", false)?,
             sign_pub_messages: o.boolean("sign_pub_messages", false)?,
             request_timeout: o.seconds("request_channel_timeout", 60.0)?,

@@ -135,14 +135,14 @@ pub fn plan(settings: &Settings, masters: &[String]) -> Result<Plan, BadMaster> 
 
 /// The settings one connection of `plan` runs with: `master` is `entry`; with failover a
 /// sign-in is tried once and a timeout is an error (Salt forces `auth_tries` to 0, and
-/// `auth_safemode` off makes a timed-out sign-in raise), and a name that does not resolve
+/// its default `auth_safemode: False` makes a timed-out sign-in raise), and a name that does not resolve
 /// is skipped (`retry_dns` forced to 0).
 pub fn settings_for(settings: &Settings, entry: &MasterEntry, failover: bool) -> Settings {
     let mut s = settings.clone();
     s.master = entry.text.clone();
     if failover {
         s.auth_tries = 1;
-        s.auth_safemode = true;
+        s.sign_in_timeout_is_error = true;
         s.retry_dns = std::time::Duration::ZERO;
     }
     s
@@ -357,10 +357,10 @@ mod tests {
         let entry = MasterEntry::parse("b:4606", 4506);
         let f = settings_for(&s, &entry, true);
         assert_eq!(f.master, "b:4606");
-        assert_eq!((f.auth_tries, f.auth_safemode), (1, true));
+        assert_eq!((f.auth_tries, f.sign_in_timeout_is_error), (1, true));
         assert!(f.retry_dns.is_zero());
         let hot = settings_for(&s, &entry, false);
-        assert_eq!((hot.auth_tries, hot.auth_safemode), (7, false));
+        assert_eq!((hot.auth_tries, hot.sign_in_timeout_is_error), (7, false));
         assert_eq!(hot.retry_dns, std::time::Duration::from_secs(30));
     }
 
