@@ -209,6 +209,10 @@ fn main() -> ExitCode {
                 println!("Minion failed to authenticate with the master, has the minion key been accepted?");
                 return ExitCode::from(2);
             }
+            // The CRITICAL line is logged by the sign-in; salt-call exits 42 as the minion.
+            Err(halite_minion::Error::MasterFinger) => {
+                return ExitCode::from(halite_minion::EX_MASTER_FINGER);
+            }
             Err(e) => {
                 eprintln!("{e}");
                 return ExitCode::FAILURE;

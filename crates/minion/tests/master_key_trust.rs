@@ -232,4 +232,21 @@ fn halite_minion_refuses_a_stock_master_that_does_not_sign_and_a_wrong_master_fi
         Duration::from_secs(5),
     );
     assert_eq!(pinned(&root, "finger"), None);
+
+    // halite-call with the same minion config ends the same way.
+    let call = run(
+        halite_bin("halite-call"),
+        [
+            "-c",
+            root.minion_config_dir("finger").to_str().unwrap(),
+            "test.ping",
+        ],
+        JOIN,
+    );
+    assert_eq!(
+        call.status.code(),
+        Some(42),
+        "halite-call with a wrong master_finger"
+    );
+    assert_eq!(pinned(&root, "finger"), None);
 }
