@@ -22,12 +22,22 @@ pub fn frame_limit(max_event_size: usize) -> usize {
 }
 
 /// One event: its tag, its data, and the exact bytes subscribers are sent.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct Event {
     tag: String,
     data: Value,
     frame: Vec<u8>,
     body_start: usize,
+    /// The bus's count of frame bytes published, this event's included (set when it is
+    /// published; 0 before).
+    pub(crate) published_end: u64,
+}
+
+/// Events are equal when their tag, data and bytes are.
+impl PartialEq for Event {
+    fn eq(&self, other: &Self) -> bool {
+        self.tag == other.tag && self.data == other.data && self.frame == other.frame
+    }
 }
 
 impl Event {
@@ -40,6 +50,7 @@ impl Event {
             data,
             frame,
             body_start,
+            published_end: 0,
         }
     }
 

@@ -16,7 +16,13 @@
 //! - Nothing a peer sends can panic the bus or stop it serving others: a bad frame ends that
 //!   connection (or, when the framing is intact, drops that one event) with a `warn` line.
 //! - A pull frame's declared length is checked against [`frame_limit`] before its body is
-//!   read, so a sender cannot make the bus allocate more than that per connection.
+//!   read, so a sender cannot make the bus allocate more than that per connection; frames
+//!   over 64 KiB being received at once share [`PULL_BUFFER_BYTES`], and a sender waits
+//!   for its share (back-pressure) before its frame is read.
+//! - Frames are parsed without decoding the `{"head", "body"}` wrapper; an event's data is
+//!   decoded within `halite_proto::value`'s budget (elements proportional to its bytes).
+//! - A pub-socket subscriber never holds more than [`SUBSCRIBER_BACKLOG_BYTES`] (or two
+//!   frame limits) of unsent frames: beyond that it loses its oldest, counted as dropped.
 //! - Each event is encoded once; every subscriber is written the same bytes.
 //! - Publishing never waits for a subscriber. A subscriber that falls
 //!   [`SUBSCRIBER_QUEUE_CAPACITY`] events behind loses the oldest of them; the loss is counted
@@ -35,7 +41,8 @@ pub use addr::{minion_hash, BusAddr, BusSockets, MASTER_PUB, MASTER_PULL};
 pub use client::{BusClient, Listener};
 pub use event::{frame_limit, Event, DEFAULT_MAX_EVENT_SIZE, FRAME_SLACK};
 pub use server::{
-    BusHandle, BusServer, DROP_LOG_INTERVAL, MAX_CONNECTIONS, SUBSCRIBER_QUEUE_CAPACITY,
+    BusHandle, BusServer, DROP_LOG_INTERVAL, MAX_CONNECTIONS, PULL_BUFFER_BYTES,
+    SUBSCRIBER_BACKLOG_BYTES, SUBSCRIBER_QUEUE_CAPACITY,
 };
 
 use std::path::PathBuf;

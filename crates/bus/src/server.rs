@@ -13,6 +13,19 @@
 //! still held. Salt instead queues up to 10000 writes per subscriber and disconnects one
 //! whose writes stall for 60 s; Halite never disconnects a slow reader, and a reader that
 //! catches up sees the newest events rather than stale ones.
+//!
+//! Memory is bounded in bytes as well as in events:
+//! - A pub-socket subscriber that falls more than [`SUBSCRIBER_BACKLOG_BYTES`] of frames
+//!   behind (or twice [`frame_limit`], if larger) loses its oldest pending events until the
+//!   rest fits; they are counted and logged as dropped, like the events the ring
+//!   overwrites. The ring then
+//!   holds at most that much for such subscribers (in-process subscribers, the daemon's own
+//!   fast consumers, are bounded by the ring's count alone).
+//! - Pull senders buffer at most 64 KiB each without a share of
+//!   [`PULL_BUFFER_BYTES`] (or one [`frame_limit`], if larger), shared by all of them: a
+//!   sender whose frame needs more waits for its share before its frame is read, so many
+//!   senders of large frames at once see back-pressure instead of growing the daemon.
+//!   A frame's declared length is checked against [`frame_limit`] first.
 
 use crate::event::{frame_limit, prepare, Event};
 use crate::socket::{Bound, Conn};
@@ -24,7 +37,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::broadcast::{self, error::RecvError};
+use tokio::sync::broadcast::{
+    self,
+    error::{RecvError, TryRecvError},
+};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -44,8 +60,15 @@ pub const MAX_CONNECTIONS: usize = 4096;
 /// A subscriber's dropped events are logged at most once per this interval.
 pub const DROP_LOG_INTERVAL: Duration = Duration::from_secs(1);
 
-/// Bytes asked of the kernel per read on a pull connection.
+/// Bytes asked of the kernel per read on a pull connection; also what a pull connection
+/// may buffer without a share of [`PULL_BUFFER_BYTES`].
 const READ_CHUNK: usize = 64 * 1024;
+
+/// Bytes of partly received pull frames larger than 64 KiB, over all senders.
+pub const PULL_BUFFER_BYTES: usize = 64 << 20;
+
+/// Frame bytes a pub-socket subscriber may fall behind before it skips to the newest event.
+pub const SUBSCRIBER_BACKLOG_BYTES: u64 = 32 << 20;
 
 /// Pause after a failed `accept` (e.g. out of file descriptors) so the loop does not spin.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
@@ -54,12 +77,45 @@ struct Shared {
     tx: broadcast::Sender<Arc<Event>>,
     max_event_size: usize,
     dropped: AtomicU64,
+    /// Frame bytes of every event published so far.
+    published: AtomicU64,
+    /// Shares of [`PULL_BUFFER_BYTES`] for pull frames larger than [`READ_CHUNK`].
+    pull_bytes: Arc<Semaphore>,
+    /// The permits `pull_bytes` started with.
+    pull_total: usize,
 }
 
 impl Shared {
-    fn publish(&self, event: Event) {
+    fn new(max_event_size: usize, pull_total: usize) -> Arc<Shared> {
+        let (tx, _) = broadcast::channel(SUBSCRIBER_QUEUE_CAPACITY);
+        Arc::new(Shared {
+            tx,
+            max_event_size,
+            dropped: AtomicU64::new(0),
+            published: AtomicU64::new(0),
+            pull_bytes: Arc::new(Semaphore::new(pull_total)),
+            pull_total,
+        })
+    }
+
+    fn publish(&self, mut event: Event) {
+        let len = event.frame().len() as u64;
+        event.published_end = self.published.fetch_add(len, Ordering::Relaxed) + len;
         // An error only means nobody is subscribed; the event is then dropped, as in Salt.
         let _ = self.tx.send(Arc::new(event));
+    }
+
+    /// Frame bytes published after `event` (approximately: concurrent publishers may
+    /// interleave their counts), i.e. how far behind a subscriber that just got it is.
+    fn backlog_after(&self, event: &Event) -> u64 {
+        self.published
+            .load(Ordering::Relaxed)
+            .saturating_sub(event.published_end)
+    }
+
+    /// How far behind a pub-socket subscriber may fall.
+    fn backlog_limit(&self) -> u64 {
+        SUBSCRIBER_BACKLOG_BYTES.max(2 * frame_limit(self.max_event_size) as u64)
     }
 }
 
@@ -120,12 +176,10 @@ impl BusServer {
     pub async fn bind(sockets: &BusSockets, max_event_size: usize) -> Result<Self> {
         let (pub_sock, pub_addr) = Bound::bind(&sockets.pub_addr, sockets.pub_mode).await?;
         let (pull_sock, pull_addr) = Bound::bind(&sockets.pull_addr, sockets.pull_mode).await?;
-        let (tx, _) = broadcast::channel(SUBSCRIBER_QUEUE_CAPACITY);
-        let shared = Arc::new(Shared {
-            tx,
+        let shared = Shared::new(
             max_event_size,
-            dropped: AtomicU64::new(0),
-        });
+            PULL_BUFFER_BYTES.max(frame_limit(max_event_size)),
+        );
         Ok(BusServer {
             pub_sock,
             pull_sock,
@@ -245,7 +299,26 @@ async fn serve_subscriber(
     let writer = async {
         loop {
             match rx.recv().await {
-                Ok(event) => wr.write_all(event.frame()).await?,
+                Ok(mut event) => {
+                    // Too far behind in bytes: the oldest go until the rest fits.
+                    let mut skipped = 0u64;
+                    while shared.backlog_after(&event) > shared.backlog_limit() {
+                        match rx.try_recv() {
+                            Ok(newer) => {
+                                event = newer;
+                                skipped += 1;
+                            }
+                            Err(TryRecvError::Lagged(n)) => skipped += n,
+                            Err(_) => break,
+                        }
+                    }
+                    if skipped > 0 {
+                        unreported.fetch_add(skipped, Ordering::Relaxed);
+                        total.fetch_add(skipped, Ordering::Relaxed);
+                        shared.dropped.fetch_add(skipped, Ordering::Relaxed);
+                    }
+                    wr.write_all(event.frame()).await?
+                }
                 Err(RecvError::Lagged(n)) => {
                     unreported.fetch_add(n, Ordering::Relaxed);
                     total.fetch_add(n, Ordering::Relaxed);
@@ -307,6 +380,8 @@ async fn serve_sender(
 ) {
     let limit = frame_limit(shared.max_event_size);
     let mut buf: Vec<u8> = Vec::new();
+    // This connection's share of the pull buffer budget, for a frame over READ_CHUNK.
+    let mut share: Option<OwnedSemaphorePermit> = None;
     loop {
         // Publish every whole frame buffered, then shift the rest down once.
         let mut pos = 0;
@@ -333,6 +408,27 @@ async fn serve_sender(
             // Give back the memory of a large frame once it is published.
             buf = Vec::new();
         }
+        // The frame being received (its length is known and within the limit, or
+        // `PullFrame::check` refused it) needs this much buffered.
+        let need = buf.get(..4).map_or(0, |l| {
+            4 + u32::from_be_bytes([l[0], l[1], l[2], l[3]]) as usize
+        });
+        let want = need.min(shared.pull_total);
+        if want <= READ_CHUNK {
+            share = None;
+        } else if share.as_ref().map_or(0, |p| p.num_permits()) < want {
+            // Give back a smaller share before waiting for this frame's.
+            drop(share.take());
+            let n = u32::try_from(want).unwrap_or(u32::MAX);
+            let acquired = tokio::select! {
+                _ = cancel.cancelled() => return,
+                p = shared.pull_bytes.clone().acquire_many_owned(n) => p,
+            };
+            match acquired {
+                Ok(p) => share = Some(p),
+                Err(_) => return,
+            }
+        }
         buf.reserve(READ_CHUNK);
         let read = tokio::select! {
             _ = cancel.cancelled() => return,
@@ -353,5 +449,80 @@ async fn serve_sender(
                 return;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use halite_proto::event::{frame_pull, pack_event};
+    use halite_proto::value;
+    use std::future::Future;
+    use tokio::net::UnixStream;
+
+    async fn within<T>(what: &str, f: impl Future<Output = T>) -> T {
+        tokio::time::timeout(Duration::from_secs(30), f)
+            .await
+            .unwrap_or_else(|_| panic!("{what}: nothing after 30 s"))
+    }
+
+    /// Waits until `cond` holds.
+    async fn until(what: &str, cond: impl Fn() -> bool) {
+        within(what, async {
+            while !cond() {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        })
+        .await
+    }
+
+    /// A pull connection served as the bus serves one; returns the sender's end.
+    fn sender(shared: &Arc<Shared>, cancel: &CancellationToken) -> UnixStream {
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        let slot = Arc::new(Semaphore::new(1)).try_acquire_owned().unwrap();
+        tokio::spawn(serve_sender(
+            Conn::Unix(theirs),
+            "test".into(),
+            shared.clone(),
+            cancel.clone(),
+            slot,
+        ));
+        ours
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn pull_frames_over_64_kib_share_one_byte_budget_and_wait_for_room() {
+        let frame = |tag: &str| {
+            let data = value::map([("pad", value::s("x".repeat(150 << 10)))]);
+            frame_pull(&pack_event(tag, &data))
+        };
+        let (a_frame, b_frame) = (frame("a"), frame("b"));
+        let total = 200 << 10;
+        let shared = Shared::new(1 << 20, total);
+        let mut events = shared.tx.subscribe();
+        let cancel = CancellationToken::new();
+        let (mut a, mut b) = (sender(&shared, &cancel), sender(&shared, &cancel));
+        let free = || shared.pull_bytes.available_permits();
+
+        // A sends most of its frame: it holds a share the size of that frame.
+        a.write_all(&a_frame[..100 << 10]).await.unwrap();
+        until("A's share", || free() == total - a_frame.len()).await;
+        // B's whole frame is sent, but it does not fit beside A's: B reads no more than
+        // 64 KiB of it and waits for its share (holding, as the semaphore is fair, what is
+        // left of the budget so no later frame gets ahead of it).
+        b.write_all(&b_frame).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(
+            events.try_recv().is_err(),
+            "B's frame was read without a share"
+        );
+        assert_eq!(free(), 0);
+
+        // A finishes: its event goes out, its share comes back, B takes one and finishes.
+        a.write_all(&a_frame[100 << 10..]).await.unwrap();
+        assert_eq!(within("A's event", events.recv()).await.unwrap().tag(), "a");
+        assert_eq!(within("B's event", events.recv()).await.unwrap().tag(), "b");
+        until("every share back", || free() == total).await;
+        cancel.cancel();
     }
 }

@@ -4,7 +4,8 @@ mod common;
 
 use common::{start, wait_subscribers, within};
 use halite_bus::{
-    frame_limit, BusAddr, BusClient, BusSockets, DEFAULT_MAX_EVENT_SIZE, SUBSCRIBER_QUEUE_CAPACITY,
+    frame_limit, BusAddr, BusClient, BusSockets, DEFAULT_MAX_EVENT_SIZE, SUBSCRIBER_BACKLOG_BYTES,
+    SUBSCRIBER_QUEUE_CAPACITY,
 };
 use halite_proto::event::{frame_pub, frame_pull, pack_event};
 use halite_proto::{value, Value};
@@ -158,6 +159,49 @@ async fn slow_subscriber_does_not_block_others_and_its_drops_are_counted() {
     assert!(received < total as u64);
     assert_eq!(received + bus.handle.dropped_events(), total as u64);
     reader.abort();
+    bus.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscriber_behind_by_more_than_the_byte_limit_loses_its_oldest_events() {
+    let dir = tempfile::tempdir().unwrap();
+    let bus = start(&BusSockets::master(dir.path())).await;
+    let mut slow = BusClient::default()
+        .listen(&bus.pub_addr, "")
+        .await
+        .unwrap();
+    wait_subscribers(&bus.handle, 1).await;
+
+    // 90 MB of events: far fewer than the ring holds, far more bytes than a subscriber
+    // may fall behind.
+    let total = 100;
+    let pad = value::s("x".repeat(900 << 10));
+    for i in 0..total {
+        bus.handle
+            .fire(
+                "big/test",
+                value::map([("i", Value::from(i)), ("pad", pad.clone())]),
+            )
+            .unwrap();
+    }
+    let mut received = 0u64;
+    let mut last = -1i64;
+    while last != total - 1 {
+        let ev = within("slow subscriber", slow.recv())
+            .await
+            .unwrap()
+            .unwrap();
+        let i = value::get_i64(ev.data(), "i").unwrap();
+        assert!(i > last, "events out of order: {i} after {last}");
+        last = i;
+        received += 1;
+    }
+    println!(
+        "MEASURED a subscriber {total} events of 900 KiB behind received {received} \
+         (backlog limit {SUBSCRIBER_BACKLOG_BYTES} bytes)"
+    );
+    assert!(received < total as u64, "nothing was dropped");
+    assert_eq!(received + bus.handle.dropped_events(), total as u64);
     bus.stop().await;
 }
 

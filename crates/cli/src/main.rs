@@ -11,10 +11,32 @@
 //! prints Salt's two lines, then `ERROR: Authentication failed` on stderr, exit 2; what
 //! the master refuses prints `Authentication error occurred.` or `Authorization error
 //! occurred.` through the outputter, exit 0, as `salt` does.
+//!
+//! Modes, as `salt.cli.salt.SaltCMD` runs them:
+//! - returns printed as they arrive (with `--summary`, Salt's summary block after them);
+//! - `-b/--batch` (and `--batch-wait`, `--failhard`): [`halite_client::batch`], with Salt's
+//!   "Minion ... did not respond" and "Executing run on [...]" lines and each return
+//!   printed with its `retcode` and `jid`, exit status the highest retcode;
+//! - `-s/--static`: a quiet batch of 100%: one document of the minions that returned;
+//! - `sys.doc`: the docs of every function once, without minion ids;
+//! - `-p/--progress`: a bar of returns against the expected minions on stderr (drawn only
+//!   when stderr is a terminal), then the summary instead of the returns.
+//!
+//! Targets: `-N/--nodegroup` and `N@` words in `-C` are resolved from the master config's
+//! `nodegroups` before publishing, as Salt's client resolves them.
+//!
+//! Deviations from Salt: `--progress` draws with indicatif instead of Python's
+//! `progressbar` (which stock Salt 3008.3 does not install, so its `--progress` prints
+//! nothing); an invalid `--batch` size is one line on stderr (Salt prints a traceback),
+//! exit status 1 as Salt's; `--async` with `--batch` is refused (Salt hands such a batch to
+//! a master-side batch manager, which a Halite master does not have). A job whose silent
+//! minions all answer `saltutil.find_job` with "not running" ends at once instead of
+//! after `gather_job_timeout` ([`halite_client::follow`]).
 
 mod event;
 
 use clap::Parser;
+use halite_client::batch::{return_retcode, BatchEvent, BatchOptions, BatchSize};
 use halite_client::local::JobEvent;
 use halite_client::{
     unavailable_message, CliCredentials, CliKind, EauthArgs, LocalClient, PublishRequest,
@@ -24,7 +46,7 @@ use halite_config::{args, MasterConfig};
 use halite_output::{OutputArgs, OutputOptions, Outputter};
 use halite_proto::value::{self, s};
 use halite_proto::Value;
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -33,6 +55,10 @@ use std::time::Duration;
 const EX_USAGE: u8 = 42;
 /// An option `salt`'s parser does not know (optparse's error: `EX_USAGE` of sysexits).
 const EX_BAD_OPTION: u8 = 64;
+/// `salt`'s usage line, printed before a parser error.
+const USAGE: &str = "Usage: halite [options] '<target>' <function> [arguments]";
+/// The longest `--batch-wait` honoured (a year).
+const MAX_BATCH_WAIT: f64 = 365.0 * 24.0 * 3600.0;
 
 /// halite [options] '<target>' <function> [arguments]
 #[derive(Parser, Debug)]
@@ -72,6 +98,9 @@ struct Cli {
     /// Target with a compound expression.
     #[arg(short = 'C', long = "compound")]
     compound: bool,
+    /// Target a nodegroup of the master config.
+    #[arg(short = 'N', long = "nodegroup")]
+    nodegroup: bool,
     /// Delimiter for grain and pillar targets.
     #[arg(long = "delimiter", default_value = ":")]
     delimiter: String,
@@ -91,6 +120,21 @@ struct Cli {
     /// Wait for all returns and print them as one document.
     #[arg(short = 's', long = "static")]
     static_: bool,
+    /// Run on this many minions at a time: a number, or a percentage (`10%`).
+    #[arg(short = 'b', long = "batch", visible_alias = "batch-size")]
+    batch: Option<String>,
+    /// Seconds a batch slot stays taken after its minion finished.
+    #[arg(long = "batch-wait", default_value_t = 0.0, allow_hyphen_values = true)]
+    batch_wait: f64,
+    /// Stop a batch at the first return with a retcode above 0.
+    #[arg(long = "failhard")]
+    failhard: bool,
+    /// Print a summary of the returns after them.
+    #[arg(long = "summary")]
+    summary: bool,
+    /// Show a progress bar of returns on stderr, then the summary.
+    #[arg(short = 'p', long = "progress")]
+    progress: bool,
     /// Returner(s) for the job, comma-separated.
     #[arg(long = "return")]
     return_: Option<String>,
@@ -127,9 +171,13 @@ fn main() -> ExitCode {
     };
     let job = match build_job(&cli) {
         Ok(j) => j,
-        Err(msg) => {
+        Err(Usage::Exit(msg)) => {
             eprint!("{msg}");
             return ExitCode::from(EX_USAGE);
+        }
+        Err(Usage::Error(msg)) => {
+            eprintln!("{USAGE}\n\nhalite: error: {msg}");
+            return ExitCode::from(EX_BAD_OPTION);
         }
     };
     let Some(rt) = halite_daemon::cli_runtime() else {
@@ -138,37 +186,48 @@ fn main() -> ExitCode {
     ExitCode::from(rt.block_on(run(&cli, &cfg, job)))
 }
 
-/// Target type from the exclusive target flags.
-fn tgt_type(cli: &Cli) -> Result<&'static str, String> {
+/// A command line `salt`'s parser refuses.
+enum Usage {
+    /// `parser.exit(42, msg)`: the message alone on stderr, exit status 42.
+    Exit(String),
+    /// `parser.error(msg)`: the usage line and `halite: error: msg`, exit status 64.
+    Error(String),
+}
+
+/// Target type from the exclusive target flags, named in Salt's order in its error.
+fn tgt_type(cli: &Cli) -> Result<&'static str, Usage> {
     let flags = [
-        (cli.pcre, "pcre", "-E/--pcre"),
-        (cli.list, "list", "-L/--list"),
-        (cli.grain, "grain", "-G/--grain"),
-        (cli.grain_pcre, "grain_pcre", "-P/--grain-pcre"),
-        (cli.pillar, "pillar", "-I/--pillar"),
-        (cli.pillar_pcre, "pillar_pcre", "-J/--pillar-pcre"),
-        (cli.ipcidr, "ipcidr", "-S/--ipcidr"),
-        (cli.compound, "compound", "-C/--compound"),
+        (cli.pcre, "pcre", "--pcre"),
+        (cli.list, "list", "--list"),
+        (cli.grain, "grain", "--grain"),
+        (cli.grain_pcre, "grain_pcre", "--grain-pcre"),
+        (cli.nodegroup, "nodegroup", "--nodegroup"),
+        (cli.compound, "compound", "--compound"),
+        (cli.pillar, "pillar", "--pillar"),
+        (cli.pillar_pcre, "pillar_pcre", "--pillar-pcre"),
+        (cli.ipcidr, "ipcidr", "--ipcidr"),
     ];
     let chosen: Vec<_> = flags.iter().filter(|f| f.0).collect();
     match chosen.as_slice() {
         [] => Ok("glob"),
         [one] => Ok(one.1),
-        many => Err(format!(
-            "The options {} are mutually exclusive. Please only choose one of them\n",
+        many => Err(Usage::Error(format!(
+            "The options {} are mutually exclusive. Please only choose one of them",
             many.iter().map(|f| f.2).collect::<Vec<_>>().join("/")
-        )),
+        ))),
     }
 }
 
 /// `SaltCMDOptionParser._mixin_after_parsed`: target, function(s) and argument groups.
-fn build_job(cli: &Cli) -> Result<PublishRequest, String> {
+fn build_job(cli: &Cli) -> Result<PublishRequest, Usage> {
     let tgt_type = tgt_type(cli)?;
     let Some(raw_tgt) = cli.rest.first() else {
-        return Err("\nCannot execute command without defining a target.\n\n".into());
+        return Err(Usage::Exit(
+            "\nCannot execute command without defining a target.\n\n".into(),
+        ));
     };
     let Some(fun) = cli.rest.get(1) else {
-        return Err("\nIncomplete options passed.\n\n".into());
+        return Err(Usage::Exit("\nIncomplete options passed.\n\n".into()));
     };
     let tgt = if cli.list {
         let parts: Vec<String> = if raw_tgt.contains(',') {
@@ -216,14 +275,14 @@ fn build_job(cli: &Cli) -> Result<PublishRequest, String> {
                 }
             }
             if funs.len() > groups.len() {
-                return Err(
+                return Err(Usage::Exit(
                     "Cannot execute compound command without defining all arguments.\n".into(),
-                );
+                ));
             }
             if funs.len() < groups.len() {
-                return Err(
+                return Err(Usage::Exit(
                     "Cannot execute compound command with more arguments than commands.\n".into(),
-                );
+                ));
             }
         }
         let args = groups
@@ -294,20 +353,45 @@ impl Printer {
     }
 }
 
-/// `_get_retcode` for one minion's return load.
-fn retcode_of(ret: &Value) -> i64 {
-    match value::get(ret, "retcode") {
-        Some(Value::Integer(i)) => i.as_i64().unwrap_or(1),
-        Some(Value::Map(m)) => m.iter().filter_map(|(_, v)| v.as_i64()).max().unwrap_or(0),
-        _ => 0,
-    }
+const NO_RETURN: &str = "Minion did not return. [No response]\nThe minions may not have all finished running and any remaining minions will return upon completion. To look up the return data for this job later, run the following command:\n\nsalt-run jobs.lookup_jid ";
+
+const NO_MATCH: &str = "No minions matched the target. No command was sent, no jid was assigned.";
+
+/// `print_cli`: one line on stdout.
+fn print_line(text: &str) {
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "{text}");
+    let _ = stdout.flush();
 }
 
-const NO_RETURN: &str = "Minion did not return. [No response]\nThe minions may not have all finished running and any remaining minions will return upon completion. To look up the return data for this job later, run the following command:\n\nsalt-run jobs.lookup_jid ";
+/// `sys.exit(retcode)`: Python keeps the low 8 bits.
+fn exit_status(retcode: i64) -> u8 {
+    // rem_euclid(256) is in 0..=255.
+    retcode.rem_euclid(256) as u8
+}
 
 async fn run(cli: &Cli, cfg: &MasterConfig, job: PublishRequest) -> u8 {
     let mut client = LocalClient::new(cfg);
     let printer = Printer::new(cli, &job.fun);
+    let batch = match &cli.batch {
+        Some(spec) => match BatchSize::parse(spec) {
+            Some(size) => Some(size),
+            None => {
+                eprintln!(
+                    "Invalid batch specification {}: must be an integer or percentage string like '10' or '25%'.",
+                    halite_output::str_repr(spec)
+                );
+                return 1;
+            }
+        },
+        None => None,
+    };
+    if batch.is_some() && cli.async_ {
+        eprintln!(
+            "ERROR: --async with --batch needs a master-side batch manager, which Halite does not have"
+        );
+        return EX_USAGE;
+    }
     match client
         .cli_credentials(cfg, &cli.auth, CliKind::Salt, &mut TerminalPrompter)
         .await
@@ -325,13 +409,26 @@ async fn run(cli: &Cli, cfg: &MasterConfig, job: PublishRequest) -> u8 {
         Some(t) if t > 0 => t as u64,
         _ => cfg.timeout,
     };
+    if batch.is_some() || cli.static_ {
+        let opts = BatchOptions {
+            // `--static` alone is a batch of everyone.
+            size: batch.unwrap_or(BatchSize::Percent(100.0)),
+            wait: if cli.batch_wait > 0.0 {
+                Duration::from_secs_f64(cli.batch_wait.min(MAX_BATCH_WAIT))
+            } else {
+                Duration::ZERO
+            },
+            failhard: cli.failhard,
+            timeout: Duration::from_secs(timeout),
+            gather_job_timeout: Duration::from_secs(cfg.gather_job_timeout),
+        };
+        return run_batch(cli, &client, &printer, &job, &opts).await;
+    }
     if cli.async_ {
         return match client.publish(&job).await {
             Ok(r) => {
                 if r.jid.is_none() {
-                    println!(
-                        "No minions matched the target. No command was sent, no jid was assigned."
-                    );
+                    print_line(NO_MATCH);
                 }
                 println!(
                     "Executed command with job ID: {}",
@@ -351,9 +448,14 @@ async fn run(cli: &Cli, cfg: &MasterConfig, job: PublishRequest) -> u8 {
         Ok(r) => r,
         Err(e) => return report_client_error(&printer, &e),
     };
+    let sys_doc = printer.fun == "sys.doc";
     let Some(jid) = reply.jid.clone() else {
-        println!("No minions matched the target. No command was sent, no jid was assigned.");
-        eprintln!("ERROR: No return received");
+        print_line(NO_MATCH);
+        if sys_doc {
+            eprintln!("No minions found to gather docs from");
+        } else {
+            eprintln!("ERROR: No return received");
+        }
         return 2;
     };
     if cli.verbose {
@@ -364,9 +466,10 @@ async fn run(cli: &Cli, cfg: &MasterConfig, job: PublishRequest) -> u8 {
     }
     let mut expected = reply.minions.clone();
     expected.extend(reply.missing.iter().cloned());
-    let mut retcodes = Vec::new();
-    let mut collected: Vec<(Value, Value)> = Vec::new();
-    let mut any = false;
+    let mut bar = cli.progress.then(|| progress_bar(expected.len()));
+    // What each minion gave, in the order they came: id, return, retcode, and whether it
+    // returned at all.
+    let mut results: Vec<(String, Value, i64, bool)> = Vec::new();
     let follow = client.follow(
         &mut listener,
         &jid,
@@ -374,49 +477,265 @@ async fn run(cli: &Cli, cfg: &MasterConfig, job: PublishRequest) -> u8 {
         Duration::from_secs(timeout),
         Duration::from_secs(cfg.gather_job_timeout),
         |ev| {
-            let (id, ret, out, retcode) = match ev {
+            let (id, ret, out, retcode, returned) = match ev {
                 JobEvent::Return(id, load) => {
                     let ret = value::get(&load, "return").cloned().unwrap_or(Value::Nil);
                     let out = value::get_str(&load, "out").map(str::to_owned);
-                    (id, ret, out, retcode_of(&load))
+                    (id, ret, out, return_retcode(&load), true)
                 }
                 JobEvent::NoReturn(id) => (
                     id,
                     s(format!("{NO_RETURN}{jid}")),
                     Some("no_return".to_owned()),
                     1,
+                    false,
                 ),
             };
-            any = true;
-            retcodes.push(retcode);
-            if cli.static_ {
-                collected.push((s(id), ret));
-            } else {
+            if let Some(bar) = bar.as_mut() {
+                if returned {
+                    bar.returned();
+                }
+            } else if !sys_doc {
                 printer.print(
-                    &Value::Map(vec![(s(id), ret)]),
+                    &Value::Map(vec![(s(id.clone()), ret.clone())]),
                     out.as_deref(),
                     retcode,
                     false,
                 );
             }
+            results.push((id, ret, retcode, returned));
         },
     );
     if let Err(e) = follow.await {
         return report_client_error(&printer, &e);
     }
-    if cli.static_ {
-        let max = retcodes.iter().copied().max().unwrap_or(0);
-        printer.print(&Value::Map(collected), None, max, true);
+    if let Some(bar) = bar {
+        // `--progress`: the bar stands for the returns; the summary follows it, and the
+        // exit status does not look at retcodes (as in Salt).
+        bar.finish();
+        print_summary(&results, cli.verbose);
+        return 0;
     }
-    if !any {
+    if sys_doc {
+        let docs: Vec<(String, Value)> = results
+            .into_iter()
+            .filter(|(_, _, _, returned)| *returned)
+            .map(|(id, ret, _, _)| (id, ret))
+            .collect();
+        return print_docs(&printer, &docs);
+    }
+    if cli.summary && cli.output.out.is_none() {
+        print_summary(&results, cli.verbose);
+    }
+    if results.is_empty() {
         eprintln!("ERROR: No return received");
         return 2;
     }
-    if !cli.static_ && retcodes.iter().any(|r| *r != 0) {
+    if results.iter().any(|(_, _, retcode, _)| *retcode != 0) {
         eprintln!("ERROR: Minions returned with non-zero exit code");
         return 1;
     }
     0
+}
+
+/// `SaltCMD._run_batch`: a batch with Salt's lines and each return printed with its
+/// `retcode` and `jid`, exit status the highest retcode; or, with `--static`, a quiet batch
+/// printed as one document of the minions that returned, exit status 0.
+async fn run_batch(
+    cli: &Cli,
+    client: &LocalClient,
+    printer: &Printer,
+    job: &PublishRequest,
+    opts: &BatchOptions,
+) -> u8 {
+    let quiet = cli.static_;
+    let mut collected: Vec<(Value, Value)> = Vec::new();
+    let mut highest = 0i64;
+    let ran = client
+        .run_batch(job, opts, |event| match event {
+            BatchEvent::NoMatch => {
+                print_line(NO_MATCH);
+                if !quiet {
+                    print_line("No minions matched the target.");
+                }
+            }
+            BatchEvent::Down(id) if !quiet => {
+                print_line(&format!(
+                    "Minion {id} did not respond. No job will be sent."
+                ));
+            }
+            BatchEvent::Start(ids) if !quiet => {
+                let ids = Value::Array(ids.into_iter().map(s).collect());
+                print_line(&format!(
+                    "\nExecuting run on {}\n",
+                    halite_output::py_repr(&ids)
+                ));
+            }
+            BatchEvent::Return(id, load, retcode) => {
+                highest = highest.max(retcode);
+                let ret = value::get(&load, "return").cloned().unwrap_or(Value::Nil);
+                if quiet {
+                    collected.push((s(id), ret));
+                    return;
+                }
+                // `CLIOutput.on_minion_return`: the return's `retcode` and `jid` beside
+                // it, under the minion's id.
+                let mut doc: Vec<(Value, Value)> = ["retcode", "jid"]
+                    .into_iter()
+                    .filter_map(|k| value::get(&load, k).map(|v| (s(k), v.clone())))
+                    .collect();
+                doc.push((s(id), ret));
+                printer.print(&Value::Map(doc), value::get_str(&load, "out"), 0, false);
+            }
+            BatchEvent::Timeout(id) if quiet => collected.push((s(id), Value::Map(vec![]))),
+            BatchEvent::Halted => tracing::error!("Batch run stopped due to failhard"),
+            BatchEvent::Down(_) | BatchEvent::Start(_) | BatchEvent::Timeout(_) => {}
+        })
+        .await;
+    let ran = match ran {
+        Ok(n) => n,
+        Err(e) => return report_client_error(printer, &e),
+    };
+    if quiet {
+        if printer.fun == "sys.doc" {
+            return print_docs(printer, &collected_docs(collected));
+        }
+        printer.print(&Value::Map(collected.clone()), None, 0, true);
+        if collected.is_empty() {
+            eprintln!("ERROR: No return received");
+            return 2;
+        }
+        return 0;
+    }
+    if ran == 0 {
+        eprintln!("ERROR: No return received");
+        return 2;
+    }
+    exit_status(highest)
+}
+
+fn collected_docs(collected: Vec<(Value, Value)>) -> Vec<(String, Value)> {
+    collected
+        .into_iter()
+        .filter_map(|(id, ret)| value::str_of(&id).map(|id| (id.to_owned(), ret)))
+        .collect()
+}
+
+/// `SaltCMD._print_docs`: each function's doc once, from the first minion that has it,
+/// sorted by function; `fun:`, the doc and an empty line, or one document per function
+/// with `--out`.
+fn print_docs(printer: &Printer, returns: &[(String, Value)]) -> u8 {
+    if returns.is_empty() {
+        eprintln!("No minions found to gather docs from");
+        return 2;
+    }
+    let mut docs: std::collections::BTreeMap<String, Value> = std::collections::BTreeMap::new();
+    for (_, ret) in returns {
+        let Value::Map(entries) = ret else {
+            continue;
+        };
+        for (fun, doc) in entries {
+            let fun = halite_output::py_str(fun);
+            if !docs.contains_key(&fun) && value::truthy(doc) {
+                docs.insert(fun, doc.clone());
+            }
+        }
+    }
+    for (fun, doc) in docs {
+        if printer.cli_out.is_some() {
+            printer.print(&Value::Map(vec![(s(fun), doc)]), Some("nested"), 0, false);
+        } else {
+            print_line(&format!("{fun}:"));
+            print_line(&halite_output::py_str(&doc));
+            print_line("");
+        }
+    }
+    0
+}
+
+/// `SaltCMD._print_returns_summary`.
+fn print_summary(results: &[(String, Value, i64, bool)], verbose: bool) {
+    for line in summary_lines(results, verbose) {
+        print_line(&line);
+    }
+}
+
+/// The lines of the summary of `results` (id, return, retcode, returned at all).
+fn summary_lines(results: &[(String, Value, i64, bool)], verbose: bool) -> Vec<String> {
+    let returned: Vec<&(String, Value, i64, bool)> = results.iter().filter(|r| r.3).collect();
+    let silent: Vec<&str> = results
+        .iter()
+        .filter(|r| !r.3)
+        .map(|r| r.0.as_str())
+        .collect();
+    let failed: Vec<&str> = returned
+        .iter()
+        .filter(|r| r.2 != 0)
+        .map(|r| r.0.as_str())
+        .collect();
+    let rule = "-".repeat(43);
+    let mut lines = vec![
+        "\n".to_owned(),
+        rule.clone(),
+        "Summary".to_owned(),
+        rule.clone(),
+        format!("# of minions targeted: {}", results.len()),
+        format!("# of minions returned: {}", returned.len()),
+        format!("# of minions that did not return: {}", silent.len()),
+        format!("# of minions with errors: {}", failed.len()),
+    ];
+    if verbose {
+        if !silent.is_empty() {
+            lines.push(format!("Minions not responding: {}", silent.join(" ")));
+        }
+        if !failed.is_empty() {
+            lines.push(format!("Minions with failures: {}", failed.join(" ")));
+        }
+    }
+    lines.push(rule);
+    lines
+}
+
+/// `--progress`: returns against expected minions, drawn on stderr when it is a
+/// terminal (the `progress` outputter's widgets: percentage, bar, elapsed time, count).
+struct Progress {
+    bar: indicatif::ProgressBar,
+    drawn: bool,
+}
+
+fn progress_bar(expected: usize) -> Progress {
+    let drawn = std::io::stderr().is_terminal();
+    let target = if drawn {
+        indicatif::ProgressDrawTarget::stderr()
+    } else {
+        indicatif::ProgressDrawTarget::hidden()
+    };
+    let bar = indicatif::ProgressBar::with_draw_target(Some(expected as u64), target);
+    if let Ok(style) = indicatif::ProgressStyle::with_template(
+        "{percent:>3}% [{wide_bar}] Elapsed Time: {elapsed_precise} Returns: [{pos}/{len}]",
+    ) {
+        bar.set_style(style.progress_chars("## "));
+    }
+    bar.tick();
+    Progress { bar, drawn }
+}
+
+impl Progress {
+    fn returned(&mut self) {
+        // More returns than expected (a syndic's minions): the bar grows, as Salt's does.
+        if self.bar.position() + 1 > self.bar.length().unwrap_or(0) {
+            self.bar.set_length(self.bar.position() + 1);
+        }
+        self.bar.inc(1);
+    }
+
+    /// Leaves the full bar on its own line.
+    fn finish(self) {
+        self.bar.finish();
+        if self.drawn {
+            eprintln!();
+        }
+    }
 }
 
 /// `SaltCMD._run`'s handling of a client error: the message goes through the outputter
@@ -443,5 +762,59 @@ fn report_client_error(printer: &Printer, e: &halite_client::Error) -> u8 {
             eprintln!("{other}");
             2
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_status_keeps_the_low_eight_bits_as_python_sys_exit() {
+        assert_eq!(exit_status(3), 3);
+        assert_eq!(exit_status(256), 0);
+        assert_eq!(exit_status(-1), 255);
+        assert_eq!(exit_status(i64::MAX), 255);
+    }
+
+    #[test]
+    fn exclusive_target_flags_are_named_in_salts_order() {
+        let cli = Cli::try_parse_from(["halite", "-S", "-E", "-N", "-C", "x", "test.ping"])
+            .expect("parses");
+        let Err(Usage::Error(msg)) = tgt_type(&cli) else {
+            panic!("accepted");
+        };
+        assert_eq!(
+            msg,
+            "The options --pcre/--nodegroup/--compound/--ipcidr are mutually exclusive. Please only choose one of them"
+        );
+        let cli = Cli::try_parse_from(["halite", "-N", "g", "test.ping"]).expect("parses");
+        assert!(matches!(tgt_type(&cli), Ok("nodegroup")));
+    }
+
+    #[test]
+    fn the_summary_counts_returns_silences_and_failures() {
+        let results = vec![
+            ("a".to_owned(), Value::Boolean(true), 0, true),
+            ("b".to_owned(), s("boom"), 2, true),
+            ("c".to_owned(), s(NO_RETURN), 1, false),
+            ("d".to_owned(), Value::Boolean(false), -1, true),
+        ];
+        let rule = "-".repeat(43);
+        let counts = [
+            "# of minions targeted: 4",
+            "# of minions returned: 3",
+            "# of minions that did not return: 1",
+            "# of minions with errors: 2",
+        ];
+        let mut want: Vec<String> = vec!["\n".into(), rule.clone(), "Summary".into(), rule.clone()];
+        want.extend(counts.iter().map(|l| (*l).to_owned()));
+        want.push(rule.clone());
+        assert_eq!(summary_lines(&results, false), want);
+        want.pop();
+        want.push("Minions not responding: c".into());
+        want.push("Minions with failures: b d".into());
+        want.push(rule);
+        assert_eq!(summary_lines(&results, true), want);
     }
 }

@@ -178,34 +178,79 @@ fn ten_thousand_events_fired_unheard_are_replayed_in_order_then_live_and_after_r
     assert_eq!(data, lines[0]["data"]);
 }
 
+/// `halite event listen --since 0 --json` with `args`, the events it printed.
+fn replay(root: &TempRoot, what: &str, args: &[&str]) -> Vec<Json> {
+    let mut argv = vec!["event", "listen", "--json"];
+    if !args.contains(&"--since") {
+        argv.extend(["--since", "0"]);
+    }
+    argv.extend(args);
+    json_lines(&assert_success(what, &run_halite(root, argv)))
+}
+
+/// `(tag, i)` of each event.
+fn tags_and_i(events: &[Json]) -> Vec<(String, i64)> {
+    events
+        .iter()
+        .map(|e| {
+            (
+                e["tag"].as_str().unwrap().to_owned(),
+                e["data"]["i"].as_i64().unwrap_or(-1),
+            )
+        })
+        .collect()
+}
+
 #[test]
 fn since_a_time_and_tag_globs_select_what_is_replayed() {
     let root = TempRoot::new();
     let _master = start_master(&root);
     fire_many(&root, "early/x", 0..3);
-    std::thread::sleep(Duration::from_millis(1100));
-    let cut = chrono::Utc::now().to_rfc3339();
+    // The journal times each event when it stores it. Once the early events can be
+    // replayed they are stored, so a cut taken now falls after all of them and before
+    // anything fired next, however slowly this machine runs (no sleep needed).
+    let early = replay(&root, "listen early", &["--tag", "early/x", "-n", "3"]);
+    assert_eq!(early.len(), 3);
+    let cut = chrono::Utc::now();
+    let cut_text = cut.to_rfc3339();
     fire_many(&root, "late/x", 0..2);
     fire_many(&root, "late/y", 0..2);
-    let out = run_halite(
+
+    // `*/x` matches the early events as well as the late ones: only the time keeps the
+    // early ones out (with `--since 0` the first two would be early/x).
+    let x = replay(
         &root,
-        [
-            "event",
-            "listen",
-            "--since",
-            cut.as_str(),
-            "--json",
-            "--tag",
-            "late/?",
-            "-n",
-            "4",
-        ],
+        "listen --since TIME",
+        &["--since", &cut_text, "--tag", "*/x", "-n", "2"],
     );
-    let lines = json_lines(&assert_success("listen --since TIME", &out));
-    // Two connections fired these: the bus may interleave them.
-    let mut tags: Vec<&str> = lines.iter().map(|l| l["tag"].as_str().unwrap()).collect();
+    assert_eq!(
+        tags_and_i(&x),
+        [("late/x".to_owned(), 0), ("late/x".to_owned(), 1)]
+    );
+    for e in &x {
+        let time = chrono::DateTime::parse_from_rfc3339(e["time"].as_str().unwrap()).unwrap();
+        assert!(
+            time.timestamp_micros() >= cut.timestamp_micros(),
+            "{e} is from before {cut_text}"
+        );
+    }
+    let first_late = x[0]["id"].as_u64().unwrap();
+    assert!(
+        first_late > early[2]["id"].as_u64().unwrap(),
+        "ids grow with time"
+    );
+
+    // A glob picks among what the time selects. Two connections fired these: the bus
+    // may interleave them.
+    let late = replay(
+        &root,
+        "listen --since TIME --tag",
+        &["--since", &cut_text, "--tag", "late/?", "-n", "4"],
+    );
+    let mut tags: Vec<&str> = late.iter().map(|l| l["tag"].as_str().unwrap()).collect();
     tags.sort();
     assert_eq!(tags, ["late/x", "late/x", "late/y", "late/y"]);
+
     let out = run_halite(&root, ["event", "listen", "--since", "yesterday-ish"]);
     assert_eq!(out.status.code(), Some(42));
     assert!(String::from_utf8_lossy(&out.stderr).contains("invalid start"));

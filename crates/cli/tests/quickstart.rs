@@ -1,5 +1,6 @@
 //! The README's quickstart command starts a master and three minions, answers a ping, and
-//! stops everything cleanly on SIGTERM (issue: minion core, item 6).
+//! stops everything cleanly on SIGTERM (issue: minion core, item 6), printing only its
+//! own status lines (issue 14, item 2).
 
 use halite_testkit::*;
 use std::process::Command;
@@ -62,6 +63,13 @@ fn quickstart_starts_a_fleet_that_answers_and_stops_cleanly() {
         .expect("quickstart did not stop");
     assert!(status.success(), "quickstart exited with {status}");
     assert!(fleet.stdout().contains("Stopped."));
+    // Only the script's own status lines: its daemons run at `-l critical`, which hides
+    // Salt's ERROR lines (a pending minion's "cached the public key" among them).
+    assert_eq!(
+        fleet.stderr(),
+        "",
+        "quickstart printed more than its status"
+    );
     let alive: Vec<u32> = daemons
         .into_iter()
         .filter(|p| std::path::Path::new(&format!("/proc/{p}")).exists())

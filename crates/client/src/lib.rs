@@ -11,6 +11,14 @@
 //! ([`token`]); [`LocalClient::cli_credentials`] is the `-a`/`-T` logic `salt` and
 //! `salt-run` share, in Salt's order.
 //!
+//! Following a job ([`LocalClient::follow`]) is `get_iter_returns`: returns as they come,
+//! `saltutil.find_job` probes for minions silent past `timeout`, with the timing kept
+//! apart and pure in [`follow`]. Unlike Salt, a probe ends with the last answer: a job
+//! whose silent minions all say "not running" costs `timeout` plus one probe round trip,
+//! not `gather_job_timeout` more. [`batch`] runs `salt --batch` (and `--static`) the way
+//! `salt.cli.batch` does. Publishing resolves nodegroups (`-N`, `N@` words) from the
+//! master config first, as Salt's `LocalClient._prep_pub` does.
+//!
 //! What it does not do: print results (the CLIs format them) or decide exit codes. The
 //! only terminal I/O is [`TerminalPrompter`]'s, for a CLI that asks for eauth credentials.
 //!
@@ -19,6 +27,8 @@
 //! (`Credentials`' `Debug` hides them) and a saved token file is never readable by others.
 
 pub mod auth;
+pub mod batch;
+pub mod follow;
 pub mod local;
 pub mod runner;
 pub mod token;

@@ -1,15 +1,14 @@
 //! `LocalClient`: publish a job and follow its returns on the master bus.
 
 use crate::auth::Credentials;
+use crate::follow::{Step, Tracker};
 use crate::Error;
-use halite_bus::{BusAddr, BusClient, BusSockets, Listener};
+use halite_bus::{BusAddr, BusClient, BusSockets, Event, Listener};
 use halite_config::MasterConfig;
 use halite_proto::value::{self, map, s};
 use halite_proto::Value;
-use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
-use std::time::Duration;
-use tokio::time::Instant;
+use std::time::{Duration, Instant};
 
 /// How long a request (a publish, a runner call) may take before "Salt request timed out".
 pub const PUBLISH_TIMEOUT: Duration = Duration::from_secs(30);
@@ -63,6 +62,10 @@ pub struct LocalClient {
     bus: BusAddr,
     max_event_size: usize,
     ctx: zmq::Context,
+    /// The master config's `nodegroups` (a map; `Nil` when unset).
+    nodegroups: Value,
+    /// The master config file, named when a nodegroup is unknown.
+    conf_file: PathBuf,
 }
 
 /// `salt.utils.user.get_specific_user`: the OS user, or `sudo_<SUDO_USER>` when running as
@@ -105,6 +108,8 @@ impl LocalClient {
             bus,
             max_event_size: cfg.max_event_size as usize,
             ctx: zmq::Context::new(),
+            nodegroups: cfg.get("nodegroups").cloned().unwrap_or(Value::Nil),
+            conf_file: cfg.conf_file.clone(),
         }
     }
 
@@ -124,9 +129,54 @@ impl LocalClient {
     }
 
     /// Sends a publish request and returns the master's reply. The load is
-    /// [`publish_load`] with this client's credentials.
+    /// [`publish_load`] with this client's credentials, nodegroups resolved first as
+    /// `LocalClient._prep_pub` resolves them ([`halite_target::resolve_nodegroups`]): a
+    /// `nodegroup` target, and `N@` words in a compound one, go out as the compound
+    /// expression of their groups, so minions never need the master's nodegroups. An
+    /// unknown group is Salt's `SaltInvocationError`, "Node group NAME unavailable in
+    /// CONF_FILE", and nothing is sent.
     pub async fn publish(&self, req: &PublishRequest) -> Result<PublishReply, Error> {
-        let load = publish_load(req, &self.user_key, &self.credentials, &self.user);
+        self.publish_load_of(req, None).await
+    }
+
+    /// [`LocalClient::publish`] with a job id chosen by the caller (as `LocalClient.run_job`
+    /// with `jid=`): a batch publishes each of its sub-batches under one jid.
+    pub async fn publish_with_jid(
+        &self,
+        req: &PublishRequest,
+        jid: &str,
+    ) -> Result<PublishReply, Error> {
+        self.publish_load_of(req, Some(jid)).await
+    }
+
+    async fn publish_load_of(
+        &self,
+        req: &PublishRequest,
+        jid: Option<&str>,
+    ) -> Result<PublishReply, Error> {
+        let resolved;
+        let req = match halite_target::resolve_nodegroups(&req.tgt, &req.tgt_type, &self.nodegroups)
+        {
+            Ok(None) => req,
+            Ok(Some(expr)) => {
+                resolved = PublishRequest {
+                    tgt: s(expr),
+                    tgt_type: "compound".into(),
+                    ..req.clone()
+                };
+                &resolved
+            }
+            Err(e) => {
+                return Err(Error::Master {
+                    name: "SaltInvocationError".into(),
+                    message: format!("{e} in {}", self.conf_file.display()),
+                })
+            }
+        };
+        let mut load = publish_load(req, &self.user_key, &self.credentials, &self.user);
+        if let Some(jid) = jid {
+            value::set(&mut load, "jid", s(jid));
+        }
         parse_publish_reply(&self.send_clear(load).await?)
     }
 
@@ -166,8 +216,9 @@ impl LocalClient {
     }
 
     /// Follows `jid` until every expected minion returned, or until minions stop answering
-    /// `saltutil.find_job` probes — `LocalClient.get_iter_returns`. Each return (and, at
-    /// the end, each silent minion) is handed to `on_event` as it happens.
+    /// `saltutil.find_job` probes — `LocalClient.get_iter_returns`, with the probe ending
+    /// as soon as every minion asked has answered ([`crate::follow`]). Each return (and,
+    /// at the end, each silent minion) is handed to `on_event` as it happens.
     pub async fn follow(
         &self,
         listener: &mut Listener,
@@ -177,98 +228,148 @@ impl LocalClient {
         gather_job_timeout: Duration,
         mut on_event: impl FnMut(JobEvent),
     ) -> Result<(), Error> {
-        let ret_prefix = format!("salt/job/{jid}/ret/");
-        let mut pending: BTreeSet<String> = expected.iter().cloned().collect();
-        let mut seen: BTreeSet<String> = BTreeSet::new();
-        let mut deadline = Instant::now() + timeout;
-        // A find_job probe in flight: its jid, when it ends, and who said "still running".
-        let mut probe: Option<(String, Instant, BTreeSet<String>)> = None;
-        let mut probe_results: HashMap<String, bool> = HashMap::new();
+        let mut watch = JobWatch::new(jid, timeout, gather_job_timeout);
+        watch.expect(expected, Instant::now());
+        while let Some(events) = watch.next(self, listener, None).await? {
+            events.into_iter().for_each(&mut on_event);
+        }
+        Ok(())
+    }
+}
+
+/// Events taken off the bus at most before the job's deadlines are looked at again.
+const DRAIN_AT_ONCE: usize = 256;
+
+/// One job being followed on the master bus: its returns, its `new` events, and the
+/// find_job probes of its [`Tracker`]. A batch adds minions to it as it publishes to them.
+pub(crate) struct JobWatch {
+    jid: String,
+    ret_prefix: String,
+    new_tag: String,
+    tracker: Tracker,
+}
+
+impl JobWatch {
+    pub(crate) fn new(jid: &str, timeout: Duration, gather_job_timeout: Duration) -> Self {
+        JobWatch {
+            jid: jid.to_owned(),
+            ret_prefix: format!("salt/job/{jid}/ret/"),
+            new_tag: format!("salt/job/{jid}/new"),
+            tracker: Tracker::new(timeout, gather_job_timeout),
+        }
+    }
+
+    /// Waits for `ids` from `now` on.
+    pub(crate) fn expect(&mut self, ids: &[String], now: Instant) {
+        self.tracker.expect(ids, now);
+    }
+
+    /// The job's next events: returns that arrived, minions given up (after a find_job
+    /// probe sent from here), or none when `until` passed first. `None` when nobody is
+    /// left to wait for.
+    pub(crate) async fn next(
+        &mut self,
+        client: &LocalClient,
+        listener: &mut Listener,
+        until: Option<Instant>,
+    ) -> Result<Option<Vec<JobEvent>>, Error> {
         loop {
-            if pending.is_empty() {
-                return Ok(());
+            // Everything already here first: a return that arrived before the last
+            // "not running" answer must count before anyone is given up.
+            // (Bounded, so a busy bus cannot hold the deadlines back.)
+            let mut out = Vec::new();
+            for _ in 0..DRAIN_AT_ONCE {
+                let Ok(ev) = tokio::time::timeout(Duration::ZERO, listener.recv()).await else {
+                    break;
+                };
+                self.handle(&received(ev)?, &mut out);
             }
-            let wake = match &probe {
-                Some((_, end, _)) => *end,
-                None => deadline,
+            if !out.is_empty() {
+                return Ok(Some(out));
+            }
+            let wake = match self.tracker.step(Instant::now()) {
+                Step::Done => return Ok(None),
+                Step::GiveUp(ids) => {
+                    return Ok(Some(ids.into_iter().map(JobEvent::NoReturn).collect()))
+                }
+                Step::Probe(ids) => {
+                    let req = PublishRequest {
+                        tgt: Value::Array(ids.iter().map(|m| s(m.clone())).collect()),
+                        tgt_type: "list".into(),
+                        fun: s("saltutil.find_job"),
+                        arg: Value::Array(vec![s(self.jid.clone())]),
+                        ret: String::new(),
+                        kwargs: vec![],
+                    };
+                    tracing::debug!("Checking whether jid {} is still running", self.jid);
+                    let (jid, reached) = match client.publish(&req).await {
+                        Ok(reply) => (reply.jid, reply.minions),
+                        Err(_) => (None, Vec::new()),
+                    };
+                    self.tracker.probe_sent(jid, ids, &reached, Instant::now());
+                    continue;
+                }
+                Step::Wait(at) => at,
             };
-            let ev = tokio::time::timeout_at(wake, listener.recv()).await;
-            match ev {
-                Ok(Ok(Some(ev))) => {
-                    let tag = ev.tag().to_owned();
-                    if let Some(id) = tag.strip_prefix(&ret_prefix) {
-                        if seen.insert(id.to_owned()) {
-                            pending.remove(id);
-                            on_event(JobEvent::Return(id.to_owned(), ev.data().clone()));
-                        }
-                    } else if let Some((pjid, _, running)) = probe.as_mut() {
-                        if let Some(id) = tag.strip_prefix(&format!("salt/job/{pjid}/ret/")) {
-                            let busy = value::get(ev.data(), "return").is_some_and(value::truthy);
-                            probe_results.insert(id.to_owned(), busy);
-                            if busy {
-                                running.insert(id.to_owned());
-                            }
-                        }
-                    } else if tag == format!("salt/job/{jid}/new") {
-                        if let Some(Value::Array(more)) = value::get(ev.data(), "minions") {
-                            for m in more.iter().filter_map(value::str_of) {
-                                if !seen.contains(m) {
-                                    pending.insert(m.to_owned());
-                                }
-                            }
-                        }
+            let wake = until.map_or(wake, |u| u.min(wake));
+            match tokio::time::timeout_at(wake.into(), listener.recv()).await {
+                Ok(ev) => {
+                    self.handle(&received(ev)?, &mut out);
+                    if !out.is_empty() {
+                        return Ok(Some(out));
                     }
                 }
-                Ok(Ok(None)) | Ok(Err(_)) => return Err(Error::NoMaster),
-                Err(_) => match probe.take() {
-                    // The probe window ended: minions still running get more time.
-                    Some((_, _, running)) => {
-                        let still: Vec<String> = pending
-                            .iter()
-                            .filter(|m| running.contains(*m))
-                            .cloned()
-                            .collect();
-                        probe_results.clear();
-                        if still.is_empty() {
-                            for m in std::mem::take(&mut pending) {
-                                on_event(JobEvent::NoReturn(m));
-                            }
-                            return Ok(());
-                        }
-                        deadline = Instant::now() + timeout;
-                    }
-                    // The timeout passed: ask the silent minions whether they still run it.
-                    None => {
-                        let tgt = Value::Array(pending.iter().map(|m| s(m.clone())).collect());
-                        let req = PublishRequest {
-                            tgt,
-                            tgt_type: "list".into(),
-                            fun: s("saltutil.find_job"),
-                            arg: Value::Array(vec![s(jid)]),
-                            ret: String::new(),
-                            kwargs: vec![],
-                        };
-                        match self.publish(&req).await {
-                            Ok(PublishReply {
-                                jid: Some(pjid), ..
-                            }) => {
-                                probe = Some((
-                                    pjid,
-                                    Instant::now() + gather_job_timeout,
-                                    BTreeSet::new(),
-                                ));
-                            }
-                            _ => {
-                                for m in std::mem::take(&mut pending) {
-                                    on_event(JobEvent::NoReturn(m));
-                                }
-                                return Ok(());
-                            }
-                        }
-                    }
-                },
+                Err(_) if until.is_some_and(|u| u <= Instant::now()) => return Ok(Some(out)),
+                Err(_) => {}
             }
         }
+    }
+
+    /// One bus event: a return of the job (a [`JobEvent::Return`] when it is news), an
+    /// answer to the probe in flight, or the job's `new` event naming more minions.
+    fn handle(&mut self, ev: &Event, out: &mut Vec<JobEvent>) {
+        let tag = ev.tag();
+        if let Some(id) = tag.strip_prefix(&self.ret_prefix) {
+            if self.tracker.returned(id) {
+                out.push(JobEvent::Return(id.to_owned(), ev.data().clone()));
+            }
+        } else if let Some(pjid) = self.tracker.probe_jid() {
+            let probe_prefix = format!("salt/job/{pjid}/ret/");
+            if let Some(id) = tag.strip_prefix(&probe_prefix) {
+                let pjid = pjid.to_owned();
+                let running = still_running(value::get(ev.data(), "return"));
+                self.tracker.probe_answer(&pjid, id, running);
+                return;
+            }
+        }
+        if tag == self.new_tag {
+            let more = names(value::get(ev.data(), "minions"));
+            self.tracker.expect(&more, Instant::now());
+        }
+    }
+}
+
+/// An event read off the bus, or the end of the bus.
+fn received(ev: Result<Option<Event>, halite_bus::Error>) -> Result<Event, Error> {
+    match ev {
+        Ok(Some(ev)) => Ok(ev),
+        Ok(None) | Err(_) => Err(Error::NoMaster),
+    }
+}
+
+/// Whether a `saltutil.find_job` return says the job still runs: a non-empty dict, as
+/// `get_iter_returns` reads it (`{}` is "not running"; a string is an error, logged and
+/// not counted).
+fn still_running(ret: Option<&Value>) -> bool {
+    match ret {
+        Some(r @ Value::Map(entries)) if !entries.is_empty() => {
+            !matches!(value::get(r, "return"), Some(Value::Map(m)) if m.is_empty())
+        }
+        Some(Value::String(text)) => {
+            tracing::error!("unexpected return from minion: {text}");
+            false
+        }
+        _ => false,
     }
 }
 
@@ -321,13 +422,25 @@ fn names(v: Option<&Value>) -> Vec<String> {
     }
 }
 
-/// Reads `{"enc": "clear", "load": {"jid", "minions", "missing"}}` or an error reply.
+/// Reads `{"enc": "clear", "load": {"jid", "minions", "missing"}}` or an error reply:
+/// `{"error": ...}`, or a bare string (what Salt's master answers when publishing raised,
+/// e.g. `prep_jid` could not store a jid), which `LocalClient.pub` raises as a
+/// `PublishError` carrying the text.
 pub fn parse_publish_reply(reply: &Value) -> Result<PublishReply, Error> {
-    if let Some(err) = value::get(reply, "error") {
+    let error = match reply {
+        Value::String(_) => Some(reply),
+        _ => value::get(reply, "error"),
+    };
+    if let Some(err) = error {
         return Err(match value::get_str(err, "name") {
             Some("AuthenticationError") => Error::Authentication,
             Some("AuthorizationError") => Error::Authorization,
-            _ => Error::BadReply(format!("{err}")),
+            _ => Error::Master {
+                name: "PublishError".into(),
+                message: value::str_of(err)
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| format!("{err}")),
+            },
         });
     }
     let load = value::get(reply, "load").ok_or_else(|| Error::BadReply(format!("{reply}")))?;
@@ -408,5 +521,30 @@ mod tests {
         let load = publish_load(&ping(), "", &Credentials::Token("T".into()), "eve");
         assert_eq!(value::get_str(&load, "key"), Some(""));
         assert_eq!(value::get(&load, "kwargs"), Some(&map([("token", s("T"))])));
+    }
+
+    #[test]
+    fn a_refused_publish_is_a_publish_error_carrying_the_masters_text() {
+        for reply in [
+            map([(
+                "error",
+                s("prep_jid could not store a jid: /c/jobs: denied"),
+            )]),
+            s("prep_jid could not store a jid: /c/jobs: denied"),
+        ] {
+            let Err(Error::Master { name, message }) = parse_publish_reply(&reply) else {
+                panic!("{reply} is not a publish error");
+            };
+            assert_eq!(name, "PublishError");
+            assert_eq!(message, "prep_jid could not store a jid: /c/jobs: denied");
+        }
+        let denied = map([(
+            "error",
+            map([("name", s("AuthorizationError")), ("message", s("x"))]),
+        )]);
+        assert!(matches!(
+            parse_publish_reply(&denied),
+            Err(Error::Authorization)
+        ));
     }
 }

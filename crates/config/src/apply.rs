@@ -12,7 +12,7 @@ use crate::merge::{include_config, load_main, parse_conf, Gathered};
 use crate::options::{OptMap, Origin, Origins};
 use crate::paths::{is_uri, prepend_root, py_join};
 use crate::types::IdSource;
-use crate::validate::{valid_type, Reader};
+use crate::validate::Reader;
 use crate::{yaml, ConfigError};
 
 /// Which daemon's defaults and rules apply.
@@ -31,24 +31,6 @@ impl Role {
     }
 }
 
-/// Options Salt reads although neither `VALID_OPTS` nor the defaults list them.
-const EXTRA_KNOWN: &[&str] = &[
-    "include",
-    "log_dir",
-    "cluster_port",
-    "peer_run",
-    "append_domain",
-    "autosign_file",
-    "autoreject_file",
-    "autosign_grains_dir",
-    "environment",
-    "token_dir",
-    "syndic_dir",
-    "beacons",
-    "rest_cherrypy",
-    "rest_tornado",
-];
-
 fn parse_defaults(text: &str) -> OptMap {
     match yaml::load(text) {
         Ok(Value::Map(pairs)) => OptMap(pairs),
@@ -58,7 +40,7 @@ fn parse_defaults(text: &str) -> OptMap {
 }
 
 /// Salt's `DEFAULT_<ROLE>_OPTS` without the host-dependent values.
-fn static_defaults(role: Role) -> &'static OptMap {
+pub(crate) fn static_defaults(role: Role) -> &'static OptMap {
     static MASTER: OnceLock<OptMap> = OnceLock::new();
     static MINION: OnceLock<OptMap> = OnceLock::new();
     match role {
@@ -80,13 +62,6 @@ pub(crate) fn defaults(role: Role) -> OptMap {
         );
     }
     opts
-}
-
-/// Whether Salt knows `name` as a `role` option.
-pub(crate) fn is_known(name: &str, role: Role) -> bool {
-    valid_type(name).is_some()
-        || static_defaults(role).contains(name)
-        || EXTRA_KNOWN.contains(&name)
 }
 
 /// `master_config`/`minion_config` up to `apply_*_config`: the main file `conf_path`
@@ -335,15 +310,6 @@ pub(crate) fn prepend_root_dirs(
         opts.set(name, Value::from(path));
     }
     Ok(())
-}
-
-/// The user-set options Salt does not know.
-pub(crate) fn unknown(origins: &Origins, role: Role) -> Vec<String> {
-    origins
-        .names()
-        .filter(|name| !is_known(name, role))
-        .map(str::to_owned)
-        .collect()
 }
 
 #[cfg(test)]

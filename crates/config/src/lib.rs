@@ -28,7 +28,8 @@
 //! * It does not write the minion id cache; [`IdSource::Generated`] tells the minion
 //!   daemon when Salt would.
 //! * It does not log: [`MasterConfig::warnings`] and [`MasterConfig::unknown_options`]
-//!   hand Salt's messages to the caller.
+//!   hand Salt's messages, and the unknown (likely misspelt) options with the closest
+//!   valid name, to the caller.
 //!
 //! # Deviations from Salt (all fail closed)
 //!
@@ -41,6 +42,8 @@
 //!   file is an error (Salt treats it as missing).
 //! * `ipc_mode` and `master_type` must be valid names; a non-scalar `id` is refused.
 //! * The YAML loader refuses integers beyond 64 bits, recursive aliases and alias bombs.
+//! * An option neither Salt nor Halite knows is reported ([`UnknownOption`], with the
+//!   closest valid name) for the daemons to warn about; Salt is silent. See `names`.
 //!
 //! # Invariants
 //!
@@ -59,6 +62,8 @@ mod host;
 mod master;
 mod merge;
 mod minion;
+mod names;
+mod option_names;
 mod options;
 mod paths;
 mod pyval;
@@ -73,9 +78,13 @@ mod tests;
 use std::path::PathBuf;
 
 pub use host::{all_user_names, current_user, generate_minion_id, hostname, user_ids};
-pub use master::MasterConfig;
+pub use master::{
+    MasterConfig, DEFAULT_MAX_CLEAR_REQUEST_SIZE, DEFAULT_MAX_PENDING_KEYS,
+    DEFAULT_MAX_REQUEST_SIZE,
+};
 pub use merge::MAX_INCLUDE_DEPTH;
 pub use minion::MinionConfig;
+pub use names::{UnknownOption, HALITE_MASTER_OPTIONS, HALITE_MINION_OPTIONS};
 pub use options::Origin;
 pub use types::{
     EncryptionAlgorithm, IdSource, IpcMode, LogLevel, Master, MasterType, SigningAlgorithm,

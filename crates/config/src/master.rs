@@ -14,7 +14,7 @@ use crate::ConfigError;
 
 /// Options whose values `MasterConfig` checks strictly; Salt's generic type warnings are
 /// not repeated for them.
-const TYPED: &[&str] = &[
+pub(crate) const TYPED: &[&str] = &[
     "id",
     "interface",
     "ipv6",
@@ -54,7 +54,40 @@ const TYPED: &[&str] = &[
     "master_sign_key_name",
     "master_use_pubkey_signature",
     "master_pubkey_signature",
+    "max_pending_keys",
+    "request_server_ttl",
+    "max_request_size",
+    "max_clear_request_size",
 ];
+
+/// Default of `max_pending_keys` (a Halite option).
+///
+/// Any peer that reaches the request port can store a pending key under a new id without
+/// credentials, so without a cap a loop of `_auth` requests fills `minions_pre/` (a file
+/// and an inode each) until the disk or `salt-key -L` gives out. 10,000 is the largest
+/// fleet the benchmark runs, all brought up at once before anyone accepts a key, and costs
+/// about 5 MB of key files and a listing salt-key still prints in well under a second.
+/// `auto_accept` and `autosign_file` minions never wait in pending and are not limited by it.
+pub const DEFAULT_MAX_PENDING_KEYS: u64 = 10_000;
+
+/// Default of `max_request_size` (a Halite option): the largest request body the request
+/// port takes (libzmq's `maxmsgsize` there; a peer sending more is disconnected). Salt has
+/// no limit; 64 MiB is far above any return a minion sends in practice and bounds what one
+/// request can cost the master.
+pub const DEFAULT_MAX_REQUEST_SIZE: u64 = 64 << 20;
+
+/// Default of `max_clear_request_size` (a Halite option): the largest clear (unencrypted,
+/// unauthenticated) request body. Stock 3008.3 clients send far less: `_auth` ~0.9 KiB
+/// (2048-bit keys) to ~1.6 KiB (4096-bit, with `autosign_grains`), a `publish` a few
+/// hundred bytes plus its arguments, a `salt-cp --chunked` chunk 86 KiB at the default
+/// `salt_cp_chunk_size` (65536, base64-encoded) and 1.34 MiB at 1 MiB chunks. Old-style
+/// `salt-cp` (without `--chunked`) sends whole files in one request and is refused above
+/// this size.
+pub const DEFAULT_MAX_CLEAR_REQUEST_SIZE: u64 = 1 << 20;
+
+/// The smallest `max_request_size` and `max_clear_request_size` accepted: a sign-in with
+/// a large key and grains, or a return of a few lines, must fit.
+const MIN_REQUEST_SIZE: u64 = 64 << 10;
 
 /// A loaded salt-master configuration.
 ///
@@ -131,6 +164,19 @@ pub struct MasterConfig {
     pub minimum_auth_version: u32,
     /// `max_minions` (0: unlimited).
     pub max_minions: u64,
+    /// `request_server_ttl` in seconds (0: off, as in Salt): encrypted requests whose `ts`
+    /// is older than this are refused.
+    pub request_server_ttl: u64,
+    /// `max_pending_keys`, a Halite option ([`DEFAULT_MAX_PENDING_KEYS`]; 0: unlimited, as
+    /// in Salt): once this many keys are pending, a sign-in that would store another one is
+    /// refused until keys are accepted, rejected or deleted.
+    pub max_pending_keys: u64,
+    /// `max_request_size`, a Halite option ([`DEFAULT_MAX_REQUEST_SIZE`], at least
+    /// 65536): the largest request body, in bytes.
+    pub max_request_size: u64,
+    /// `max_clear_request_size`, a Halite option ([`DEFAULT_MAX_CLEAR_REQUEST_SIZE`], at
+    /// least 65536, at most `max_request_size`): the largest clear request body, in bytes.
+    pub max_clear_request_size: u64,
     /// `auth_events` (true).
     pub auth_events: bool,
     /// `minion_data_cache` (true).
@@ -197,9 +243,10 @@ impl MasterConfig {
         raw_get(&self.raw, option)
     }
 
-    /// Options set in the files that Salt does not know (callers log them at debug).
-    pub fn unknown_options(&self) -> Vec<String> {
-        apply::unknown(&self.origins, Role::Master)
+    /// Options set in the files (main and included) that neither Salt nor Halite knows,
+    /// each with the file and the closest valid name; the daemons warn about them.
+    pub fn unknown_options(&self) -> Vec<crate::UnknownOption> {
+        crate::names::unknown(&self.origins, Role::Master)
     }
 
     /// Warnings Salt would log while loading this configuration (type warnings from
@@ -320,6 +367,13 @@ impl MasterConfig {
             .opt_string("master_pubkey_signature")?
             .filter(|name| !name.is_empty())
             .unwrap_or_else(|| format!("{id}_pubkey_signature"));
+        let size = |name: &str, default: u64| match opts.get(name) {
+            None | Some(Value::Nil) => Ok(default),
+            Some(_) => reader.u64_min(name, MIN_REQUEST_SIZE, "a number of bytes, at least 65536"),
+        };
+        let max_request_size = size("max_request_size", DEFAULT_MAX_REQUEST_SIZE)?;
+        let max_clear_request_size =
+            size("max_clear_request_size", DEFAULT_MAX_CLEAR_REQUEST_SIZE)?;
         let config = MasterConfig {
             id,
             id_source,
@@ -360,6 +414,14 @@ impl MasterConfig {
                 "a non-negative integer",
             )?,
             max_minions: reader.u64("max_minions", "a non-negative integer")?,
+            request_server_ttl: reader
+                .u64("request_server_ttl", "a non-negative number of seconds")?,
+            max_pending_keys: match opts.get("max_pending_keys") {
+                None | Some(Value::Nil) => DEFAULT_MAX_PENDING_KEYS,
+                Some(_) => reader.u64("max_pending_keys", "a non-negative integer")?,
+            },
+            max_request_size,
+            max_clear_request_size: max_clear_request_size.min(max_request_size),
             auth_events: reader.boolean("auth_events")?,
             minion_data_cache: reader.boolean("minion_data_cache")?,
             job_cache: reader.boolean("job_cache")?,

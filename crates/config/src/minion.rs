@@ -17,7 +17,7 @@ use crate::validate::{salt_type_warnings, Reader};
 use crate::ConfigError;
 
 /// Options whose values `MinionConfig` checks strictly.
-const TYPED: &[&str] = &[
+pub(crate) const TYPED: &[&str] = &[
     "id",
     "master",
     "master_port",
@@ -179,9 +179,10 @@ impl MinionConfig {
         raw_get(&self.raw, option)
     }
 
-    /// Options set in the files that Salt does not know (callers log them at debug).
-    pub fn unknown_options(&self) -> Vec<String> {
-        apply::unknown(&self.origins, Role::Minion)
+    /// Options set in the files (main and included) that neither Salt nor Halite knows,
+    /// each with the file and the closest valid name; the daemons warn about them.
+    pub fn unknown_options(&self) -> Vec<crate::UnknownOption> {
+        crate::names::unknown(&self.origins, Role::Minion)
     }
 
     /// Warnings Salt would log while loading this configuration.

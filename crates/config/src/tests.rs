@@ -104,6 +104,7 @@ fn missing_master_file_means_salt_defaults() {
     assert_eq!(cfg.publish_session, 86400);
     assert_eq!(cfg.minimum_auth_version, 3);
     assert_eq!(cfg.max_minions, 0);
+    assert_eq!(cfg.request_server_ttl, 0);
     assert!(cfg.auth_events && cfg.minion_data_cache && cfg.job_cache);
     assert_eq!(
         cfg.publish_signing_algorithm,
@@ -294,10 +295,129 @@ fn unknown_options_are_kept_and_listed() {
         Path::new("/etc/salt/master"),
     )
     .unwrap();
-    assert_eq!(cfg.unknown_options(), vec!["halite_extra".to_owned()]);
+    let unknown: Vec<String> = cfg.unknown_options().into_iter().map(|u| u.name).collect();
+    assert_eq!(unknown, ["halite_extra"]);
     assert_eq!(cfg.get("halite_extra"), Some(&yaml("{a: 1}")));
     assert_eq!(cfg.get("peer_run"), Some(&yaml("{.*: [.*]}")));
     assert_eq!(cfg.interface, "127.0.0.1");
+}
+
+#[test]
+fn misspelt_options_in_the_main_file_and_master_d_are_named_with_their_file_and_closest_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let main = write(
+        dir.path(),
+        "master",
+        "id: m\npublish_prot: 4505\nmysql.host: db\nevent_journal: true\n",
+    );
+    let conf = write(
+        dir.path(),
+        "master.d/50-acl.conf",
+        "publisher_acls: {fred: [test.ping]}\nnonsense_option_xyz: 1\n",
+    );
+    let cfg = MasterConfig::load(dir.path()).unwrap();
+    let warnings: Vec<String> = cfg
+        .unknown_options()
+        .iter()
+        .map(|u| u.to_string())
+        .collect();
+    assert_eq!(
+        warnings,
+        [
+            format!(
+                "Unknown option 'publish_prot' in {} (did you mean 'publish_port'?)",
+                main.display()
+            ),
+            format!(
+                "Unknown option 'publisher_acls' in {} (did you mean 'publisher_acl'?)",
+                conf.display()
+            ),
+            format!("Unknown option 'nonsense_option_xyz' in {}", conf.display()),
+        ]
+    );
+    // The minion's Halite options are not the master's, and the reverse.
+    let minion = MinionConfig::from_yaml_str(
+        "id: m\nevent_journal: true\nfire_master_queue_size: 5\nmastr: salt\n",
+        Path::new("/etc/salt/minion"),
+    )
+    .unwrap();
+    let names: Vec<(String, Option<&str>)> = minion
+        .unknown_options()
+        .into_iter()
+        .map(|u| (u.name, u.suggestion))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("event_journal".to_owned(), None),
+            ("mastr".to_owned(), Some("master")),
+        ]
+    );
+}
+
+#[test]
+fn max_pending_keys_is_a_halite_option_with_a_default_and_zero_for_no_limit() {
+    let load = |text: &str| MasterConfig::from_yaml_str(text, Path::new("/etc/salt/master"));
+    assert_eq!(
+        load("id: m\n").unwrap().max_pending_keys,
+        crate::DEFAULT_MAX_PENDING_KEYS
+    );
+    assert_eq!(
+        load("id: m\nmax_pending_keys: ~\n")
+            .unwrap()
+            .max_pending_keys,
+        10_000
+    );
+    assert_eq!(
+        load("id: m\nmax_pending_keys: 3\n")
+            .unwrap()
+            .max_pending_keys,
+        3
+    );
+    assert_eq!(
+        load("id: m\nmax_pending_keys: 0\n")
+            .unwrap()
+            .max_pending_keys,
+        0
+    );
+    for bad in ["-1", "many", "[1]"] {
+        let err = load(&format!("id: m\nmax_pending_keys: {bad}\n")).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("invalid value for option 'max_pending_keys'"),
+            "{bad}: {err}"
+        );
+    }
+}
+
+#[test]
+fn request_size_limits_are_halite_options_with_defaults_a_floor_and_clear_within_all() {
+    let load = |text: &str| MasterConfig::from_yaml_str(text, Path::new("/etc/salt/master"));
+    let cfg = load("id: m\n").unwrap();
+    assert_eq!(cfg.max_request_size, crate::DEFAULT_MAX_REQUEST_SIZE);
+    assert_eq!(
+        cfg.max_clear_request_size,
+        crate::DEFAULT_MAX_CLEAR_REQUEST_SIZE
+    );
+    assert!(cfg.unknown_options().is_empty());
+    let cfg = load("id: m\nmax_request_size: 1048576\nmax_clear_request_size: 4194304\n").unwrap();
+    assert_eq!(cfg.max_request_size, 1 << 20);
+    assert_eq!(
+        cfg.max_clear_request_size,
+        1 << 20,
+        "clear requests are requests"
+    );
+    assert!(cfg.unknown_options().is_empty());
+    for bad in ["0", "65535", "-1", "lots"] {
+        for option in ["max_request_size", "max_clear_request_size"] {
+            let err = load(&format!("id: m\n{option}: {bad}\n")).unwrap_err();
+            assert!(
+                err.to_string()
+                    .contains(&format!("invalid value for option '{option}'")),
+                "{bad}: {err}"
+            );
+        }
+    }
 }
 
 #[test]

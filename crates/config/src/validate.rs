@@ -280,6 +280,11 @@ impl Reader<'_> {
         u64::try_from(n).map_err(|_| self.invalid(name, expected, self.value(name)))
     }
 
+    pub fn u64_min(&self, name: &str, min: u64, expected: &str) -> Result<u64, ConfigError> {
+        let n = self.int_in(name, i128::from(min), i128::from(u64::MAX), expected)?;
+        u64::try_from(n).map_err(|_| self.invalid(name, expected, self.value(name)))
+    }
+
     pub fn u32_min(&self, name: &str, min: u32, expected: &str) -> Result<u32, ConfigError> {
         let n = self.int_in(name, i128::from(min), i128::from(u32::MAX), expected)?;
         u32::try_from(n).map_err(|_| self.invalid(name, expected, self.value(name)))

@@ -1,7 +1,11 @@
 //! What every Halite binary's `main` does the same way: the daemons' common flags
 //! ([`DaemonArgs`]), Salt's usage-error handling ([`parse_cli`]), Salt's log levels mapped
-//! onto `tracing`, console + log-file logging for daemons and stderr logging for the CLIs,
-//! the CLIs' runtime, and a shutdown token cancelled by SIGINT/SIGTERM.
+//! onto `tracing` (with Salt's CRITICAL, which `tracing` lacks: an `error` event marked
+//! `critical = true`), console + log-file logging in Salt's formats for daemons and stderr
+//! logging for the CLIs, the CLIs' runtime, and a shutdown token cancelled by
+//! SIGINT/SIGTERM. For the daemons under a service manager: the pidfile ([`PidFile`]) and
+//! systemd's readiness notification ([`Notifier`]). For the package: shell completions and
+//! man pages generated from each binary's clap definition ([`docs`]).
 //!
 //! What it does not do: read configuration or decide exit codes (each binary does).
 
@@ -9,9 +13,40 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use tokio_util::sync::CancellationToken;
-use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::filter::{self, FilterExt};
+use tracing_subscriber::layer::{Filter, SubscriberExt};
+use tracing_subscriber::registry::LookupSpan;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
+
+mod format;
+pub use format::{SaltFormat, CRITICAL_FIELD};
+pub mod docs;
+mod notify;
+mod pidfile;
+pub use notify::{Notifier, NOTIFY_SOCKET_ENV};
+pub use pidfile::PidFile;
+
+/// What can go wrong in the daemons' shared start-up steps.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Another live process holds the pidfile: the daemon is already running.
+    #[error("An instance is already running (pidfile {}{}). Exiting", path.display(), pid.map(|p| format!(", pid {p}")).unwrap_or_default())]
+    Running {
+        /// The pidfile.
+        path: PathBuf,
+        /// The pid written in it, when it holds one.
+        pid: Option<u32>,
+    },
+    /// The pidfile or its directory could not be created, locked or written.
+    #[error("cannot write the pidfile {}: {source}", path.display())]
+    PidFile {
+        /// The pidfile.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
 
 /// The flags `halite-master` and `halite-minion` share, for their `#[command(flatten)]`.
 /// Each daemon names its own config file in the `config_dir` help (`mut_arg`).
@@ -26,6 +61,9 @@ pub struct DaemonArgs {
     /// Log file level (overrides `log_level_logfile`).
     #[arg(long = "log-file-level")]
     pub log_file_level: Option<String>,
+    /// Where to write the pid (overrides `pidfile`).
+    #[arg(long = "pid-file")]
+    pub pid_file: Option<PathBuf>,
 }
 
 impl DaemonArgs {
@@ -41,11 +79,17 @@ impl DaemonArgs {
             .unwrap_or(log_level);
         init_logging(console, file_level, log_file);
     }
+
+    /// The pidfile to write: `--pid-file`, else the config's `pidfile`.
+    pub fn pidfile<'a>(&'a self, configured: &'a Path) -> &'a Path {
+        self.pid_file.as_deref().unwrap_or(configured)
+    }
 }
 
 /// Maps a Salt log level name (`garbage`, `trace`, `debug`, `profile`, `info`, `warning`,
-/// `error`, `critical`, `quiet`, `all`) to a `tracing` filter directive. Unknown names get
-/// Salt's default, `warning`.
+/// `error`, `critical`, `quiet`, `all`) to the `tracing` filter directive closest to it.
+/// Unknown names get Salt's default, `warning`. `critical` maps to `error`, which also
+/// admits Salt's ERROR lines: [`level_filter`] is the exact filter.
 pub fn salt_level(name: &str) -> &'static str {
     match name.to_ascii_lowercase().as_str() {
         "all" | "garbage" | "trace" => "trace",
@@ -58,8 +102,31 @@ pub fn salt_level(name: &str) -> &'static str {
     }
 }
 
+/// Whether an event is one of Salt's CRITICAL lines: an `error` event with the
+/// [`CRITICAL_FIELD`] marker.
+fn is_critical(meta: &tracing::Metadata<'_>) -> bool {
+    *meta.level() == tracing::Level::ERROR && meta.fields().field(CRITICAL_FIELD).is_some()
+}
+
+/// The filter for a Salt log level name: [`salt_level`]'s directive, except that
+/// `critical` admits only CRITICAL lines (`tracing` has no level above `error`, so Salt's
+/// CRITICAL is an `error` event carrying [`CRITICAL_FIELD`]).
+pub fn level_filter<S>(name: &str) -> Box<dyn Filter<S> + Send + Sync + 'static>
+where
+    S: tracing::Subscriber + for<'a> LookupSpan<'a>,
+{
+    if name.eq_ignore_ascii_case("critical") {
+        FilterExt::boxed(filter::filter_fn(|meta| {
+            meta.is_event() && is_critical(meta)
+        }))
+    } else {
+        FilterExt::boxed(EnvFilter::new(salt_level(name)))
+    }
+}
+
 /// Logs to stderr at `console` and, when `log_file` can be opened for appending (its parent
-/// is created), to that file at `file_level`. Both levels are Salt level names.
+/// is created), to that file at `file_level`. Both levels are Salt level names; both
+/// outputs are in Salt's formats ([`SaltFormat`]).
 pub fn init_logging(console: &str, file_level: &str, log_file: &Path) {
     let file = log_file
         .parent()
@@ -74,36 +141,46 @@ pub fn init_logging(console: &str, file_level: &str, log_file: &Path) {
     let file_layer = file.map(|f| {
         tracing_subscriber::fmt::layer()
             .with_writer(std::sync::Mutex::new(f))
-            .with_ansi(false)
-            .with_filter(EnvFilter::new(salt_level(file_level)))
+            .event_format(SaltFormat::LogFile)
+            .with_filter(level_filter(file_level))
     });
     tracing_subscriber::registry()
         .with(
             tracing_subscriber::fmt::layer()
                 .with_writer(std::io::stderr)
-                .with_filter(EnvFilter::new(salt_level(console))),
+                .event_format(SaltFormat::Console)
+                .with_filter(level_filter(console)),
         )
         .with(file_layer)
         .init();
 }
 
-/// Logs to stderr only, at the Salt level `console`: what the command-line tools do.
+/// Logs to stderr only, at the Salt level `console`, in Salt's console form: what the
+/// command-line tools do.
 pub fn init_cli_logging(console: &str) {
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(salt_level(console))
+    tracing_subscriber::registry()
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .event_format(SaltFormat::Console)
+                .with_filter(level_filter(console)),
+        )
         .init();
 }
 
 /// Parses a command line as Salt's optparse-based tools do: `--help` and `--version` print
 /// to stdout and give exit status 0, a usage error prints to stderr and gives
-/// `usage_status`.
+/// `usage_status`. When [`docs::GENERATE_ENV`] is set, prints that document for `P`
+/// instead and returns its status as the error (see [`docs::document_from_env`]).
 pub fn parse_cli<P, I, T>(args: I, usage_status: u8) -> Result<P, ExitCode>
 where
     P: clap::Parser,
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
 {
+    if let Some(status) = docs::document_from_env(P::command) {
+        return Err(status);
+    }
     P::try_parse_from(args).map_err(|e| {
         let status = if e.use_stderr() { usage_status } else { 0 };
         let _ = e.print();
@@ -197,14 +274,25 @@ mod tests {
                 config_dir: PathBuf::from("/etc/salt"),
                 log_level: None,
                 log_file_level: None,
+                pid_file: None,
             }
         );
         assert_eq!(
-            parse(&["-c", "/srv", "-l", "debug", "--log-file-level", "info"]),
+            parse(&[
+                "-c",
+                "/srv",
+                "-l",
+                "debug",
+                "--log-file-level",
+                "info",
+                "--pid-file",
+                "/run/m.pid",
+            ]),
             DaemonArgs {
                 config_dir: PathBuf::from("/srv"),
                 log_level: Some("debug".to_owned()),
                 log_file_level: Some("info".to_owned()),
+                pid_file: Some(PathBuf::from("/run/m.pid")),
             }
         );
     }

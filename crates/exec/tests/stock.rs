@@ -1,4 +1,4 @@
-//! Halite's execution modules against stock Salt 3008.3 (the venv `.ci/run` creates):
+//! Halite's execution modules against stock Salt 3008.3 (the venv `scripts/setup-tests` creates):
 //! the generated signature table, job returns through the stock minion's job path
 //! (`tests/stock_minion.py`), `salt-call --local grains.items` and the function list.
 

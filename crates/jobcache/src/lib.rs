@@ -29,6 +29,10 @@
 //! Invariants: data from the database or the file tree is never trusted; anything that does
 //! not decode is an [`Error`], never a panic. Minion ids become directory names only after
 //! the same checks as Salt's `valid_id` (no `/`, `\`, NUL, and not empty, `.` or `..`).
+//! Every I/O or database error names the file or directory it failed on. A write that
+//! failed on I/O ([`Error::is_retryable`]: a read-only or full file system) leaves nothing
+//! half-written that would block the same write later, and the redb store reopens its
+//! database after an I/O error, so the caller can retry until the file system takes it.
 
 mod local_cache;
 mod redb_store;
@@ -54,22 +58,34 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    /// The redb database failed: it could not be opened (locked by another process, not a
-    /// redb file, failed its integrity check) or a transaction could not run or commit.
-    #[error("job database: {0}")]
-    Db(#[from] redb::Error),
+    /// The redb database at `path` failed: it could not be opened (locked by another
+    /// process, not a redb file, failed its integrity check, not writable) or a transaction
+    /// could not run or commit.
+    #[error("job database {}: {source}", path.display())]
+    Db {
+        /// The database file.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: redb::Error,
+    },
     /// A record in the database (or a file of the tree) does not decode to what this crate
     /// wrote there.
     #[error("corrupt job cache entry {what}: {reason}")]
     Corrupt {
-        /// Which entry (table and key, or file).
+        /// Which entry: the file, or the database file with the table and key.
         what: String,
         /// Why it was refused.
         reason: String,
     },
     /// The database was written by a newer (or unknown) version of this crate.
-    #[error("job database schema version {found} is not supported (expected {expected})")]
+    #[error(
+        "job database {}: schema version {found} is not supported (expected {expected})",
+        path.display()
+    )]
     UnsupportedSchema {
+        /// The database file.
+        path: PathBuf,
         /// The version recorded in the database.
         found: u64,
         /// The version this crate writes.
@@ -93,16 +109,39 @@ pub enum Error {
     Hash(#[from] openssl::error::ErrorStack),
 }
 
+impl Error {
+    /// Whether the same write may succeed later, once the file system is fixed: an I/O
+    /// error (a read-only or full file system, a permission taken away) or a database that
+    /// has to be reopened after one. Anything else (a value that cannot be stored, an
+    /// invalid minion id, a corrupt record) fails the same way every time.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            Error::Io { .. } => true,
+            Error::Db { source, .. } => matches!(
+                source,
+                redb::Error::Io(_) | redb::Error::PreviousIo | redb::Error::DatabaseClosed
+            ),
+            _ => false,
+        }
+    }
+}
+
+/// Inside the crate a redb error starts without its file; [`RedbJobStore`] names the file
+/// before the error leaves the crate, so every [`Error::Db`] a caller sees has its path.
 macro_rules! redb_error_from {
     ($($t:ty),*) => {$(
         impl From<$t> for Error {
             fn from(e: $t) -> Self {
-                Error::Db(redb::Error::from(e))
+                Error::Db {
+                    path: PathBuf::new(),
+                    source: redb::Error::from(e),
+                }
             }
         }
     )*};
 }
 redb_error_from!(
+    redb::Error,
     redb::DatabaseError,
     redb::TransactionError,
     redb::TableError,

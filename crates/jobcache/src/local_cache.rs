@@ -231,9 +231,19 @@ impl LocalCacheWriter {
         // The minion directory was created just now by this call, so nobody else writes
         // in it: the files are written in place, as Salt's `local_cache.returner` does (no
         // temporary and rename, which cost a third of a 10,000-minion publish here).
-        write_new(&minion_dir.join(RETURN_P), &encode(&Value::Map(record))?)?;
-        if let Some(out) = get(ret_load, "out") {
-            write_new(&minion_dir.join(OUT_P), &encode(out)?)?;
+        let written = encode(&Value::Map(record))
+            .and_then(|bytes| write_new(&minion_dir.join(RETURN_P), &bytes))
+            .and_then(|()| match get(ret_load, "out") {
+                Some(out) => write_new(&minion_dir.join(OUT_P), &encode(out)?),
+                None => Ok(()),
+            });
+        if let Err(e) = written {
+            // Half a return would read as a duplicate next time: take the directory away
+            // so the same return can be written again once the file system takes it.
+            if let Err(rm) = fs::remove_dir_all(&minion_dir) {
+                tracing::warn!(path = %minion_dir.display(), error = %rm, "Cannot remove a half-written return");
+            }
+            return Err(e);
         }
         Ok(ReturnStatus::Stored)
     }
@@ -533,6 +543,45 @@ mod tests {
         let md = w.jid_dir(JID).unwrap().join("m");
         assert_eq!(read(&md.join("return.p")), first);
         assert!(!md.join("out.p").exists());
+    }
+
+    #[test]
+    fn a_return_that_failed_half_way_leaves_nothing_and_can_be_written_again() {
+        let (_dir, w) = writer();
+        let mut deep = Value::Nil;
+        for _ in 0..=crate::value::MAX_NESTING {
+            deep = Value::Array(vec![deep]);
+        }
+        // `return.p` is written, then `out.p` cannot be.
+        let bad = map(&[("return", text("r")), ("out", deep)]);
+        assert!(w.write_return(JID, "m", &bad).is_err());
+        let md = w.jid_dir(JID).unwrap().join("m");
+        assert!(!md.exists(), "no half-written return is left behind");
+        let good = map(&[("return", text("r")), ("out", text("txt"))]);
+        assert_eq!(
+            w.write_return(JID, "m", &good).unwrap(),
+            ReturnStatus::Stored
+        );
+        assert_eq!(read(&md.join("return.p")), map(&[("return", text("r"))]));
+    }
+
+    #[test]
+    fn io_errors_name_the_path_that_failed() {
+        let (dir, w) = writer();
+        // A file where the jobs directory belongs: every write under it fails.
+        fs::write(dir.path().join("jobs"), b"").unwrap();
+        let e = w.write_load(JID, &load(text("*")), &[]).unwrap_err();
+        assert!(e.is_retryable(), "{e}");
+        let job_dir = w.jid_dir(JID).unwrap();
+        assert!(
+            matches!(&e, Error::Io { path, .. } if *path == job_dir),
+            "{e:?}"
+        );
+        assert!(
+            e.to_string()
+                .starts_with(&format!("{}: ", job_dir.display())),
+            "{e}"
+        );
     }
 
     #[test]

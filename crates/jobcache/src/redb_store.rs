@@ -14,6 +14,7 @@
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
+use std::sync::{RwLock, RwLockReadGuard};
 
 use redb::{Database, ReadableDatabase, ReadableTable, Table, TableDefinition, WriteTransaction};
 use rmpv::Value;
@@ -31,14 +32,24 @@ const SCHEMA_VERSION: u64 = 1;
 const META_SCHEMA: &str = "schema_version";
 const META_NEXT_SEQ: &str = "next_seq";
 
+/// Opens the database file (the daemon's: the file at the store's path).
+type Opener = Box<dyn Fn() -> Result<Database> + Send + Sync>;
+
 /// The master's job cache in a redb database (normally `cachedir/jobs.redb`).
 ///
 /// Every write is one durable transaction (fsync on commit), so a store reopened after a
 /// crash or restart holds every job and return whose call returned `Ok`. Readers use MVCC
 /// snapshots and never block the writer. One process at a time may open the file.
+///
+/// After an I/O error redb refuses every later transaction until the database is opened
+/// again, so the store then closes it and reopens it on the next call: once the file
+/// system is fixed (space freed, made writable again), the same write succeeds. Every
+/// error names the file.
 pub struct RedbJobStore {
-    db: Database,
+    /// `None` after an I/O error, until the next call reopens it.
+    db: RwLock<Option<Database>>,
     path: PathBuf,
+    open: Opener,
 }
 
 /// A decoded `jobs` record.
@@ -63,38 +74,123 @@ impl RedbJobStore {
     /// A database written with another schema version is [`Error::UnsupportedSchema`].
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref().to_path_buf();
-        let db = Database::builder()
-            .set_check_integrity_on_open(true)
-            .set_cache_size(CACHE_BYTES)
-            .create(&path)?;
-        let txn = db.begin_write()?;
-        {
-            txn.open_table(JOBS)?;
-            txn.open_table(RETURNS)?;
-            txn.open_table(EXPIRY)?;
-            let mut meta = txn.open_table(META)?;
-            let found = meta.get(META_SCHEMA)?.map(|g| g.value());
-            match found {
-                None => {
-                    meta.insert(META_SCHEMA, SCHEMA_VERSION)?;
-                }
-                Some(SCHEMA_VERSION) => {}
-                Some(found) => {
-                    return Err(Error::UnsupportedSchema {
-                        found,
-                        expected: SCHEMA_VERSION,
-                    })
-                }
-            }
-        }
-        txn.commit()?;
-        Ok(RedbJobStore { db, path })
+        let file = path.clone();
+        Self::open_with(
+            path,
+            Box::new(move || {
+                Ok(Database::builder()
+                    .set_check_integrity_on_open(true)
+                    .set_cache_size(CACHE_BYTES)
+                    .create(&file)?)
+            }),
+        )
+    }
+
+    /// A store on the database `open` opens, reported as `path`.
+    fn open_with(path: PathBuf, open: Opener) -> Result<Self> {
+        let db = open_schema(&open).map_err(|e| e.at(&path))?;
+        Ok(RedbJobStore {
+            db: RwLock::new(Some(db)),
+            path,
+            open,
+        })
     }
 
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.path
     }
+
+    fn read_db(&self) -> RwLockReadGuard<'_, Option<Database>> {
+        self.db.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `f` on the open database (reopening it first after an I/O error). An error
+    /// leaves with the file's path; an I/O error closes the database for the next call to
+    /// reopen.
+    fn with_db<T>(&self, f: impl FnOnce(&Database) -> Result<T>) -> Result<T> {
+        if self.read_db().is_none() {
+            let mut db = self.db.write().unwrap_or_else(|e| e.into_inner());
+            if db.is_none() {
+                *db = Some(open_schema(&self.open).map_err(|e| e.at(&self.path))?);
+                tracing::info!(path = %self.path.display(), "Job database reopened");
+            }
+        }
+        let out = match self.read_db().as_ref() {
+            Some(db) => f(db),
+            // Closed by another thread's I/O error in between: this call fails like it.
+            None => Err(Error::from(redb::Error::PreviousIo)),
+        };
+        out.map_err(|e| {
+            let e = e.at(&self.path);
+            if matches!(
+                e,
+                Error::Db {
+                    source: redb::Error::Io(_) | redb::Error::PreviousIo,
+                    ..
+                }
+            ) {
+                *self.db.write().unwrap_or_else(|e| e.into_inner()) = None;
+            }
+            e
+        })
+    }
+}
+
+impl Error {
+    /// Names the database file `path` in an error of a call on it: a database error or a
+    /// schema mismatch (made without their file), a corrupt record (made with its table
+    /// and key only).
+    fn at(self, path: &Path) -> Error {
+        match self {
+            Error::Db { path: p, source } if p.as_os_str().is_empty() => Error::Db {
+                path: path.to_path_buf(),
+                source,
+            },
+            Error::UnsupportedSchema {
+                path: p,
+                found,
+                expected,
+            } if p.as_os_str().is_empty() => Error::UnsupportedSchema {
+                path: path.to_path_buf(),
+                found,
+                expected,
+            },
+            Error::Corrupt { what, reason } => Error::Corrupt {
+                what: format!("{} {what}", path.display()),
+                reason,
+            },
+            other => other,
+        }
+    }
+}
+
+/// Opens the database and checks (or records) its schema version.
+fn open_schema(open: &Opener) -> Result<Database> {
+    let db = open()?;
+    let txn = db.begin_write()?;
+    {
+        txn.open_table(JOBS)?;
+        txn.open_table(RETURNS)?;
+        txn.open_table(EXPIRY)?;
+        let mut meta = txn.open_table(META)?;
+        let found = meta.get(META_SCHEMA)?.map(|g| g.value());
+        match found {
+            None => {
+                meta.insert(META_SCHEMA, SCHEMA_VERSION)?;
+            }
+            Some(SCHEMA_VERSION) => {}
+            Some(found) => {
+                return Err(Error::UnsupportedSchema {
+                    path: PathBuf::new(),
+                    found,
+                    expected: SCHEMA_VERSION,
+                })
+            }
+        }
+    }
+    txn.commit()?;
+    Ok(db)
 }
 
 /// The tables one return write touches, opened once per transaction.
@@ -158,32 +254,34 @@ impl<'t> ReturnTables<'t> {
 
 impl JobStore for RedbJobStore {
     fn save_load(&self, jid: &str, load: &Value, minions: &[String], now: u64) -> Result<()> {
-        let txn = self.db.begin_write()?;
-        {
-            let mut jobs = txn.open_table(JOBS)?;
-            let existing = match jobs.get(jid)? {
-                Some(g) => Some(decode_job(jid, g.value())?),
-                None => None,
-            };
-            let record = match existing {
-                Some(old) => JobRecord {
-                    created: old.created,
-                    load: Some(load.clone()),
-                    minions: merge_minions(old.minions, minions),
-                },
-                None => {
-                    txn.open_table(EXPIRY)?.insert((now, jid), ())?;
-                    JobRecord {
-                        created: now,
+        self.with_db(|db| {
+            let txn = db.begin_write()?;
+            {
+                let mut jobs = txn.open_table(JOBS)?;
+                let existing = match jobs.get(jid)? {
+                    Some(g) => Some(decode_job(jid, g.value())?),
+                    None => None,
+                };
+                let record = match existing {
+                    Some(old) => JobRecord {
+                        created: old.created,
                         load: Some(load.clone()),
-                        minions: merge_minions(Vec::new(), minions),
+                        minions: merge_minions(old.minions, minions),
+                    },
+                    None => {
+                        txn.open_table(EXPIRY)?.insert((now, jid), ())?;
+                        JobRecord {
+                            created: now,
+                            load: Some(load.clone()),
+                            minions: merge_minions(Vec::new(), minions),
+                        }
                     }
-                }
-            };
-            jobs.insert(jid, encode_job(&record)?.as_slice())?;
-        }
-        txn.commit()?;
-        Ok(())
+                };
+                jobs.insert(jid, encode_job(&record)?.as_slice())?;
+            }
+            txn.commit()?;
+            Ok(())
+        })
     }
 
     fn add_return(
@@ -193,78 +291,88 @@ impl JobStore for RedbJobStore {
         load: &Value,
         now: u64,
     ) -> Result<ReturnStatus> {
-        let txn = self.db.begin_write()?;
-        let mut tables = ReturnTables::open(&txn)?;
-        let status = tables.add(jid, minion_id, load, now)?;
-        tables.finish(&txn)?;
-        txn.commit()?;
-        Ok(status)
+        self.with_db(|db| {
+            let txn = db.begin_write()?;
+            let mut tables = ReturnTables::open(&txn)?;
+            let status = tables.add(jid, minion_id, load, now)?;
+            tables.finish(&txn)?;
+            txn.commit()?;
+            Ok(status)
+        })
     }
 
     /// One transaction (one fsync) for the whole batch.
     fn add_returns(&self, returns: &[NewReturn<'_>], now: u64) -> Result<Vec<ReturnStatus>> {
-        let txn = self.db.begin_write()?;
-        let mut tables = ReturnTables::open(&txn)?;
-        let statuses = returns
-            .iter()
-            .map(|r| tables.add(r.jid, r.minion_id, r.load, now))
-            .collect::<Result<Vec<_>>>()?;
-        tables.finish(&txn)?;
-        txn.commit()?;
-        Ok(statuses)
+        self.with_db(|db| {
+            let txn = db.begin_write()?;
+            let mut tables = ReturnTables::open(&txn)?;
+            let statuses = returns
+                .iter()
+                .map(|r| tables.add(r.jid, r.minion_id, r.load, now))
+                .collect::<Result<Vec<_>>>()?;
+            tables.finish(&txn)?;
+            txn.commit()?;
+            Ok(statuses)
+        })
     }
 
     fn get_load(&self, jid: &str) -> Result<Option<Job>> {
-        let txn = self.db.begin_read()?;
-        let jobs = txn.open_table(JOBS)?;
-        let Some(guard) = jobs.get(jid)? else {
-            return Ok(None);
-        };
-        let record = decode_job(jid, guard.value())?;
-        Ok(record.load.map(|load| Job {
-            jid: jid.to_string(),
-            load,
-            minions: record.minions,
-            created: record.created,
-        }))
+        self.with_db(|db| {
+            let txn = db.begin_read()?;
+            let jobs = txn.open_table(JOBS)?;
+            let Some(guard) = jobs.get(jid)? else {
+                return Ok(None);
+            };
+            let record = decode_job(jid, guard.value())?;
+            Ok(record.load.map(|load| Job {
+                jid: jid.to_string(),
+                load,
+                minions: record.minions,
+                created: record.created,
+            }))
+        })
     }
 
     fn get_returns(&self, jid: &str) -> Result<Vec<MinionReturn>> {
-        let txn = self.db.begin_read()?;
-        let returns = txn.open_table(RETURNS)?;
-        let mut out = Vec::new();
-        for entry in returns.range((jid, "")..)? {
-            let (key, value) = entry?;
-            let (key_jid, minion_id) = key.value();
-            if key_jid != jid {
-                break;
+        self.with_db(|db| {
+            let txn = db.begin_read()?;
+            let returns = txn.open_table(RETURNS)?;
+            let mut out = Vec::new();
+            for entry in returns.range((jid, "")..)? {
+                let (key, value) = entry?;
+                let (key_jid, minion_id) = key.value();
+                if key_jid != jid {
+                    break;
+                }
+                let (seq, load) = decode_return(jid, minion_id, value.value())?;
+                out.push((
+                    seq,
+                    MinionReturn {
+                        minion_id: minion_id.to_string(),
+                        load,
+                    },
+                ));
             }
-            let (seq, load) = decode_return(jid, minion_id, value.value())?;
-            out.push((
-                seq,
-                MinionReturn {
-                    minion_id: minion_id.to_string(),
-                    load,
-                },
-            ));
-        }
-        out.sort_by_key(|(seq, _)| *seq);
-        Ok(out.into_iter().map(|(_, r)| r).collect())
+            out.sort_by_key(|(seq, _)| *seq);
+            Ok(out.into_iter().map(|(_, r)| r).collect())
+        })
     }
 
     fn list_jobs(&self) -> Result<Vec<JobSummary>> {
-        let txn = self.db.begin_read()?;
-        let jobs = txn.open_table(JOBS)?;
-        let mut out = Vec::new();
-        for entry in jobs.iter()? {
-            let (key, value) = entry?;
-            let jid = key.value();
-            let record = decode_job(jid, value.value())?;
-            if let Some(load) = &record.load {
-                out.push(JobSummary::from_load(jid, record.created, load));
+        self.with_db(|db| {
+            let txn = db.begin_read()?;
+            let jobs = txn.open_table(JOBS)?;
+            let mut out = Vec::new();
+            for entry in jobs.iter()? {
+                let (key, value) = entry?;
+                let jid = key.value();
+                let record = decode_job(jid, value.value())?;
+                if let Some(load) = &record.load {
+                    out.push(JobSummary::from_load(jid, record.created, load));
+                }
             }
-        }
-        Ok(out)
+            Ok(out)
+        })
     }
 
     fn clean_expired(&self, now: u64, keep_jobs_seconds: u64) -> Result<usize> {
@@ -275,38 +383,40 @@ impl JobStore for RedbJobStore {
         let Some(cutoff) = now.checked_sub(keep_jobs_seconds) else {
             return Ok(0);
         };
-        let txn = self.db.begin_write()?;
-        let removed;
-        {
-            let mut expiry = txn.open_table(EXPIRY)?;
-            let mut jobs = txn.open_table(JOBS)?;
-            let mut returns = txn.open_table(RETURNS)?;
-            let mut expired = Vec::new();
-            for entry in expiry.range(..(cutoff, ""))? {
-                let (key, _) = entry?;
-                let (created, jid) = key.value();
-                expired.push((created, jid.to_string()));
-            }
-            for (created, jid) in &expired {
-                expiry.remove((*created, jid.as_str()))?;
-                jobs.remove(jid.as_str())?;
-                let mut minions = Vec::new();
-                for entry in returns.range((jid.as_str(), "")..)? {
+        self.with_db(|db| {
+            let txn = db.begin_write()?;
+            let removed;
+            {
+                let mut expiry = txn.open_table(EXPIRY)?;
+                let mut jobs = txn.open_table(JOBS)?;
+                let mut returns = txn.open_table(RETURNS)?;
+                let mut expired = Vec::new();
+                for entry in expiry.range(..(cutoff, ""))? {
                     let (key, _) = entry?;
-                    let (key_jid, minion_id) = key.value();
-                    if key_jid != jid {
-                        break;
+                    let (created, jid) = key.value();
+                    expired.push((created, jid.to_string()));
+                }
+                for (created, jid) in &expired {
+                    expiry.remove((*created, jid.as_str()))?;
+                    jobs.remove(jid.as_str())?;
+                    let mut minions = Vec::new();
+                    for entry in returns.range((jid.as_str(), "")..)? {
+                        let (key, _) = entry?;
+                        let (key_jid, minion_id) = key.value();
+                        if key_jid != jid {
+                            break;
+                        }
+                        minions.push(minion_id.to_string());
                     }
-                    minions.push(minion_id.to_string());
+                    for minion_id in &minions {
+                        returns.remove((jid.as_str(), minion_id.as_str()))?;
+                    }
                 }
-                for minion_id in &minions {
-                    returns.remove((jid.as_str(), minion_id.as_str()))?;
-                }
+                removed = expired.len();
             }
-            removed = expired.len();
-        }
-        txn.commit()?;
-        Ok(removed)
+            txn.commit()?;
+            Ok(removed)
+        })
     }
 }
 
@@ -759,8 +869,9 @@ mod tests {
             poke(&path, JOBS, JID, bytes);
             let store = RedbJobStore::open(&path).unwrap();
             let got = store.get_load(JID);
+            let file = path.display().to_string();
             assert!(
-                matches!(got, Err(Error::Corrupt { .. })),
+                matches!(&got, Err(Error::Corrupt { what, .. }) if *what == format!("{file} jobs[{JID}]")),
                 "{bytes:?}: {got:?}"
             );
             assert!(matches!(store.list_jobs(), Err(Error::Corrupt { .. })));
@@ -789,7 +900,10 @@ mod tests {
 
         let garbage = dir.path().join("garbage.redb");
         std::fs::write(&garbage, vec![0x5a; 64 * 1024]).unwrap();
-        assert!(matches!(RedbJobStore::open(&garbage), Err(Error::Db(_))));
+        assert!(matches!(
+            RedbJobStore::open(&garbage),
+            Err(Error::Db { .. })
+        ));
 
         // A good database with its tail cut off, then one with bytes flipped in the middle.
         let good = dir.path().join("good.redb");
@@ -820,6 +934,124 @@ mod tests {
     }
 
     #[test]
+    fn database_errors_name_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let garbage = dir.path().join("garbage.redb");
+        std::fs::write(&garbage, vec![0x5a; 64 * 1024]).unwrap();
+        let Err(e) = RedbJobStore::open(&garbage) else {
+            panic!("a garbage file opened as a job database");
+        };
+        assert!(
+            e.to_string()
+                .starts_with(&format!("job database {}: ", garbage.display())),
+            "{e}"
+        );
+    }
+
+    /// Storage that fails every write while `broken` is set, as a full or read-only file
+    /// system does.
+    #[derive(Debug)]
+    struct Flaky {
+        inner: Arc<redb::backends::InMemoryBackend>,
+        broken: Arc<std::sync::atomic::AtomicBool>,
+    }
+
+    impl Flaky {
+        fn check(&self) -> std::io::Result<()> {
+            if self.broken.load(std::sync::atomic::Ordering::SeqCst) {
+                return Err(std::io::Error::from_raw_os_error(EROFS));
+            }
+            Ok(())
+        }
+    }
+
+    /// Linux's "Read-only file system".
+    const EROFS: i32 = 30;
+
+    impl redb::StorageBackend for Flaky {
+        fn len(&self) -> std::io::Result<u64> {
+            self.inner.len()
+        }
+        fn read(&self, offset: u64, out: &mut [u8]) -> std::io::Result<()> {
+            self.inner.read(offset, out)
+        }
+        fn set_len(&self, len: u64) -> std::io::Result<()> {
+            self.check()?;
+            self.inner.set_len(len)
+        }
+        fn sync_data(&self) -> std::io::Result<()> {
+            self.check()?;
+            self.inner.sync_data()
+        }
+        fn write(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
+            self.check()?;
+            self.inner.write(offset, data)
+        }
+    }
+
+    #[test]
+    fn a_write_refused_by_the_storage_succeeds_once_the_storage_takes_writes_again() {
+        let inner = Arc::new(redb::backends::InMemoryBackend::new());
+        let broken = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (i, b) = (inner.clone(), broken.clone());
+        let store = RedbJobStore::open_with(
+            PathBuf::from("/srv/cache/jobs.redb"),
+            Box::new(move || {
+                Ok(Database::builder().create_with_backend(Flaky {
+                    inner: i.clone(),
+                    broken: b.clone(),
+                })?)
+            }),
+        )
+        .unwrap();
+        store.save_load(JID, &pub_load(JID, "t.t"), &[], 1).unwrap();
+
+        broken.store(true, std::sync::atomic::Ordering::SeqCst);
+        let ret = ret_load(JID, "m", Value::Boolean(true));
+        let batch = [NewReturn {
+            jid: JID,
+            minion_id: "m",
+            load: &ret,
+        }];
+        let e = store.add_returns(&batch, 2).unwrap_err();
+        assert!(e.is_retryable(), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("job database /srv/cache/jobs.redb: "),
+            "{e}"
+        );
+        // Still refused, and still retryable, while the storage is broken.
+        assert!(store.add_returns(&batch, 2).unwrap_err().is_retryable());
+
+        broken.store(false, std::sync::atomic::Ordering::SeqCst);
+        assert_eq!(
+            store.add_returns(&batch, 3).unwrap(),
+            [ReturnStatus::Stored]
+        );
+        assert_eq!(store.get_returns(JID).unwrap()[0].load, ret);
+        assert!(store.get_load(JID).unwrap().is_some(), "the load survived");
+    }
+
+    #[test]
+    fn only_io_failures_are_retryable() {
+        let (_dir, store) = store();
+        let mut deep = Value::Nil;
+        for _ in 0..200 {
+            deep = Value::Array(vec![deep]);
+        }
+        assert!(!store
+            .add_return(JID, "m", &deep, 0)
+            .unwrap_err()
+            .is_retryable());
+        let io = Error::Io {
+            path: PathBuf::from("/x"),
+            source: std::io::Error::from_raw_os_error(EROFS),
+        };
+        assert!(io.is_retryable());
+        assert!(!Error::InvalidMinionId("..".into()).is_retryable());
+    }
+
+    #[test]
     fn wrong_table_types_or_schema_are_errors() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("typed.redb");
@@ -830,7 +1062,7 @@ mod tests {
             txn.open_table(other).unwrap().insert(1, 2).unwrap();
             txn.commit().unwrap();
         }
-        assert!(matches!(RedbJobStore::open(&path), Err(Error::Db(_))));
+        assert!(matches!(RedbJobStore::open(&path), Err(Error::Db { .. })));
 
         let path = dir.path().join("future.redb");
         drop(RedbJobStore::open(&path).unwrap());
@@ -846,9 +1078,10 @@ mod tests {
         assert!(matches!(
             RedbJobStore::open(&path),
             Err(Error::UnsupportedSchema {
+                path: p,
                 found: 99,
-                expected: 1
-            })
+                expected: 1,
+            }) if p == path
         ));
     }
 }

@@ -31,6 +31,7 @@
 //!   what it sent and a live batch (the session fell behind) is filled from the journal.
 //! - Nothing a replay client sends can panic the master or stop it serving others: a bad
 //!   request is logged at `warn`, answered with an error message, and the connection closed.
+//! - Every database or file-system error names the file it failed on.
 
 mod api;
 mod client;
@@ -62,19 +63,31 @@ use tokio_util::sync::CancellationToken;
 /// Every way the journal, its socket or the bus client can fail.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The redb database failed: it could not be opened (locked by another process, not a
-    /// redb file) or a transaction could not run or commit.
-    #[error("event journal database: {0}")]
-    Db(#[from] redb::Error),
+    /// The redb database at `path` failed: it could not be opened (locked by another
+    /// process, not a redb file, not writable) or a transaction could not run or commit.
+    #[error("event journal database {}: {source}", path.display())]
+    Db {
+        /// The journal file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: redb::Error,
+    },
     /// The journal file was written with another schema version.
-    #[error("event journal schema version {found} is not supported (expected {expected})")]
+    #[error(
+        "event journal {}: schema version {found} is not supported (expected {expected})",
+        path.display()
+    )]
     UnsupportedSchema {
+        /// The journal file.
+        path: PathBuf,
         /// The version in the file.
         found: u64,
         /// The version this build writes.
         expected: u64,
     },
-    /// The journal file's content breaks an invariant of the schema.
+    /// The journal file's content breaks an invariant of the schema (the message starts
+    /// with the file once it leaves [`Journal`]).
     #[error("event journal is corrupt: {0}")]
     Corrupt(String),
     /// A journal option in the master config has a bad value.
@@ -133,22 +146,43 @@ pub enum Error {
     BadSince(String),
 }
 
+/// Inside the crate a redb error starts without its file; [`Journal`] names the file before
+/// the error leaves it ([`Error::at`]), so every [`Error::Db`] a caller sees has its path.
 macro_rules! redb_error_from {
     ($($t:ty),*) => {$(
         impl From<$t> for Error {
             fn from(e: $t) -> Self {
-                Error::Db(redb::Error::from(e))
+                Error::Db {
+                    path: PathBuf::new(),
+                    source: redb::Error::from(e),
+                }
             }
         }
     )*};
 }
 redb_error_from!(
+    redb::Error,
     redb::DatabaseError,
     redb::TransactionError,
     redb::TableError,
     redb::StorageError,
     redb::CommitError
 );
+
+impl Error {
+    /// Names the journal file `path` in an error of a call on it: a database error (made
+    /// without its file) or a corrupt record.
+    pub(crate) fn at(self, path: &std::path::Path) -> Error {
+        match self {
+            Error::Db { path: p, source } if p.as_os_str().is_empty() => Error::Db {
+                path: path.to_path_buf(),
+                source,
+            },
+            Error::Corrupt(what) => Error::Corrupt(format!("{}: {what}", path.display())),
+            other => other,
+        }
+    }
+}
 
 /// Result alias for this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -218,8 +252,13 @@ async fn open_or_set_aside(cfg: &JournalConfig) -> Result<Journal> {
     let open = move || -> Result<Journal> {
         match Journal::open(&path, retention) {
             Err(
-                e @ (Error::Db(redb::Error::Corrupted(_) | redb::Error::UpgradeRequired(_))
-                | Error::Db(redb::Error::TableTypeMismatch { .. })
+                e @ (Error::Db {
+                    source:
+                        redb::Error::Corrupted(_)
+                        | redb::Error::UpgradeRequired(_)
+                        | redb::Error::TableTypeMismatch { .. },
+                    ..
+                }
                 | Error::UnsupportedSchema { .. }
                 | Error::Corrupt(_)),
             ) => {

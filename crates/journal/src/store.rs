@@ -125,34 +125,17 @@ impl Journal {
     /// open; a file of another schema is [`Error::UnsupportedSchema`].
     pub fn open(path: impl AsRef<Path>, retention: Retention) -> Result<Journal> {
         let path = path.as_ref().to_path_buf();
-        let db = Database::builder()
-            .set_check_integrity_on_open(true)
-            .set_cache_size(CACHE_BYTES)
-            .create(&path)?;
-        let txn = db.begin_write()?;
-        {
-            txn.open_table(EVENTS)?;
-            let mut meta = txn.open_table(META)?;
-            let found = meta.get(META_SCHEMA)?.map(|g| g.value());
-            match found {
-                None => {
-                    meta.insert(META_SCHEMA, SCHEMA_VERSION)?;
-                }
-                Some(SCHEMA_VERSION) => {}
-                Some(found) => {
-                    return Err(Error::UnsupportedSchema {
-                        found,
-                        expected: SCHEMA_VERSION,
-                    })
-                }
-            }
-        }
-        txn.commit()?;
+        let db = open_db(&path).map_err(|e| e.at(&path))?;
         Ok(Journal {
             db,
             path,
             retention,
         })
+    }
+
+    /// Runs `f`; a database error leaves it naming the journal file.
+    fn named<T>(&self, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        f().map_err(|e| e.at(&self.path))
     }
 
     /// The database file.
@@ -172,33 +155,35 @@ impl Journal {
         bodies: impl IntoIterator<Item = &'a [u8]>,
         now_us: i64,
     ) -> Result<Appended> {
-        let txn = self.db.begin_write()?;
-        let out = {
-            let mut meta_table = txn.open_table(META)?;
-            let mut events = txn.open_table(EVENTS)?;
-            let mut meta = Meta::load(&meta_table)?;
-            let time_us = now_us.max(meta.last_time_us);
-            let first_id = meta.next_id;
-            let mut value = Vec::new();
-            for body in bodies {
-                value.clear();
-                value.extend_from_slice(&time_us.to_le_bytes());
-                value.extend_from_slice(body);
-                events.insert(meta.next_id, value.as_slice())?;
-                meta.next_id += 1;
-                meta.bytes += ENTRY_OVERHEAD + body.len() as u64;
-            }
-            meta.last_time_us = time_us;
-            let pruned = self.prune_in(&mut events, &mut meta, now_us)?;
-            meta.store(&mut meta_table)?;
-            Appended {
-                first_id,
-                time_us,
-                pruned,
-            }
-        };
-        txn.commit()?;
-        Ok(out)
+        self.named(|| {
+            let txn = self.db.begin_write()?;
+            let out = {
+                let mut meta_table = txn.open_table(META)?;
+                let mut events = txn.open_table(EVENTS)?;
+                let mut meta = Meta::load(&meta_table)?;
+                let time_us = now_us.max(meta.last_time_us);
+                let first_id = meta.next_id;
+                let mut value = Vec::new();
+                for body in bodies {
+                    value.clear();
+                    value.extend_from_slice(&time_us.to_le_bytes());
+                    value.extend_from_slice(body);
+                    events.insert(meta.next_id, value.as_slice())?;
+                    meta.next_id += 1;
+                    meta.bytes += ENTRY_OVERHEAD + body.len() as u64;
+                }
+                meta.last_time_us = time_us;
+                let pruned = self.prune_in(&mut events, &mut meta, now_us)?;
+                meta.store(&mut meta_table)?;
+                Appended {
+                    first_id,
+                    time_us,
+                    pruned,
+                }
+            };
+            txn.commit()?;
+            Ok(out)
+        })
     }
 
     /// Applies retention at `now_us` without appending; returns how many events went.
@@ -243,30 +228,36 @@ impl Journal {
 
     /// The id the next appended event will get.
     pub fn next_id(&self) -> Result<u64> {
-        let txn = self.db.begin_read()?;
-        let meta = txn.open_table(META)?;
-        Ok(meta.get(META_NEXT_ID)?.map_or(1, |g| g.value()))
+        self.named(|| {
+            let txn = self.db.begin_read()?;
+            let meta = txn.open_table(META)?;
+            Ok(meta.get(META_NEXT_ID)?.map_or(1, |g| g.value()))
+        })
     }
 
     /// The oldest id held, or [`next_id`](Self::next_id) when the journal is empty.
     pub fn first_id(&self) -> Result<u64> {
-        let txn = self.db.begin_read()?;
-        let events = txn.open_table(EVENTS)?;
-        let first = events.first()?.map(|(k, _)| k.value());
-        match first {
-            Some(id) => Ok(id),
-            None => Ok(txn
-                .open_table(META)?
-                .get(META_NEXT_ID)?
-                .map_or(1, |g| g.value())),
-        }
+        self.named(|| {
+            let txn = self.db.begin_read()?;
+            let events = txn.open_table(EVENTS)?;
+            let first = events.first()?.map(|(k, _)| k.value());
+            match first {
+                Some(id) => Ok(id),
+                None => Ok(txn
+                    .open_table(META)?
+                    .get(META_NEXT_ID)?
+                    .map_or(1, |g| g.value())),
+            }
+        })
     }
 
     /// The accounted size of what the journal holds (see [`Retention::max_bytes`]).
     pub fn bytes(&self) -> Result<u64> {
-        let txn = self.db.begin_read()?;
-        let meta = txn.open_table(META)?;
-        Ok(meta.get(META_BYTES)?.map_or(0, |g| g.value()))
+        self.named(|| {
+            let txn = self.db.begin_read()?;
+            let meta = txn.open_table(META)?;
+            Ok(meta.get(META_BYTES)?.map_or(0, |g| g.value()))
+        })
     }
 
     /// Up to `max_events` events with ids from `from_id` up to (not including) `to_id`,
@@ -279,53 +270,86 @@ impl Journal {
         max_events: usize,
         max_bytes: usize,
     ) -> Result<Vec<Record>> {
-        let mut out = Vec::new();
-        if from_id >= to_id {
-            return Ok(out);
-        }
-        let txn = self.db.begin_read()?;
-        let events = txn.open_table(EVENTS)?;
-        let mut size = 0;
-        for entry in events.range(from_id..to_id)? {
-            let (k, v) = entry?;
-            let rec = record(k.value(), v.value())?;
-            size += rec.body.len();
-            out.push(rec);
-            if out.len() >= max_events || size >= max_bytes {
-                break;
+        self.named(|| {
+            let mut out = Vec::new();
+            if from_id >= to_id {
+                return Ok(out);
             }
-        }
-        Ok(out)
+            let txn = self.db.begin_read()?;
+            let events = txn.open_table(EVENTS)?;
+            let mut size = 0;
+            for entry in events.range(from_id..to_id)? {
+                let (k, v) = entry?;
+                let rec = record(k.value(), v.value())?;
+                size += rec.body.len();
+                out.push(rec);
+                if out.len() >= max_events || size >= max_bytes {
+                    break;
+                }
+            }
+            Ok(out)
+        })
     }
 
     /// The first id whose time is at or after `time_us`, or the next id when every held
     /// event is older.
     pub fn id_at_time(&self, time_us: i64) -> Result<u64> {
-        let txn = self.db.begin_read()?;
-        let events = txn.open_table(EVENTS)?;
-        let next_id = txn
-            .open_table(META)?
-            .get(META_NEXT_ID)?
-            .map_or(1, |g| g.value());
-        let Some(first) = events.first()?.map(|(k, _)| k.value()) else {
-            return Ok(next_id);
-        };
-        // Bisect over the contiguous ids first..next_id: times are non-decreasing.
-        let (mut lo, mut hi) = (first, next_id);
-        while lo < hi {
-            let mid = lo + (hi - lo) / 2;
-            let t = match events.get(mid)? {
-                Some(v) => time_of(v.value())?,
-                None => return Err(Error::Corrupt(format!("journal id {mid} missing"))),
+        self.named(|| {
+            let txn = self.db.begin_read()?;
+            let events = txn.open_table(EVENTS)?;
+            let next_id = txn
+                .open_table(META)?
+                .get(META_NEXT_ID)?
+                .map_or(1, |g| g.value());
+            let Some(first) = events.first()?.map(|(k, _)| k.value()) else {
+                return Ok(next_id);
             };
-            if t < time_us {
-                lo = mid + 1;
-            } else {
-                hi = mid;
+            // Bisect over the contiguous ids first..next_id: times are non-decreasing.
+            let (mut lo, mut hi) = (first, next_id);
+            while lo < hi {
+                let mid = lo + (hi - lo) / 2;
+                let t = match events.get(mid)? {
+                    Some(v) => time_of(v.value())?,
+                    None => return Err(Error::Corrupt(format!("journal id {mid} missing"))),
+                };
+                if t < time_us {
+                    lo = mid + 1;
+                } else {
+                    hi = mid;
+                }
+            }
+            Ok(lo)
+        })
+    }
+}
+
+/// Opens the database at `path` and checks (or records) its schema version.
+fn open_db(path: &Path) -> Result<Database> {
+    let db = Database::builder()
+        .set_check_integrity_on_open(true)
+        .set_cache_size(CACHE_BYTES)
+        .create(path)?;
+    let txn = db.begin_write()?;
+    {
+        txn.open_table(EVENTS)?;
+        let mut meta = txn.open_table(META)?;
+        let found = meta.get(META_SCHEMA)?.map(|g| g.value());
+        match found {
+            None => {
+                meta.insert(META_SCHEMA, SCHEMA_VERSION)?;
+            }
+            Some(SCHEMA_VERSION) => {}
+            Some(found) => {
+                return Err(Error::UnsupportedSchema {
+                    path: path.to_path_buf(),
+                    found,
+                    expected: SCHEMA_VERSION,
+                })
             }
         }
-        Ok(lo)
     }
+    txn.commit()?;
+    Ok(db)
 }
 
 #[cfg(test)]
@@ -497,6 +521,17 @@ mod tests {
                 max_age: None,
             },
         );
-        assert!(matches!(r, Err(Error::Db(_))));
+        let Err(e) = r else {
+            panic!("a file that is not a journal opened as one");
+        };
+        assert!(
+            matches!(&e, Error::Db { path: p, .. } if *p == path),
+            "{e:?}"
+        );
+        assert!(
+            e.to_string()
+                .starts_with(&format!("event journal database {}: ", path.display())),
+            "the error names the file: {e}"
+        );
     }
 }

@@ -7,7 +7,7 @@
 //! the master pair migrated from a legacy `master.pem`), so these tests also check that
 //! stock Salt reads the layout Halite writes.
 //!
-//! The stock programs come from `<workspace>/.salt-venv` (created by `.ci/run`); without
+//! The stock programs come from `<workspace>/.salt-venv` (created by `scripts/setup-tests`); without
 //! it these tests fail rather than pass silently.
 
 use halite_keystore::{KeyState, KeyStore};

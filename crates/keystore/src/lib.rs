@@ -266,6 +266,15 @@ impl KeyStore {
         Ok(ids)
     }
 
+    /// How many ids are in `state`: the length [`KeyStore::list`] would answer, without
+    /// sorting the names (the master recounts `minions_pre/` for `max_pending_keys`).
+    pub fn count(&self, state: KeyState) -> Result<usize> {
+        Ok(regular_files(&self.pki_dir.join(state.dir_name()))?
+            .iter()
+            .filter(|n| !n.starts_with('.') && valid_id(n))
+            .count())
+    }
+
     /// Every state's ids (`Key.list_keys`).
     pub fn list_all(&self) -> Result<KeyLists> {
         Ok(KeyLists {
@@ -434,6 +443,123 @@ pub(crate) mod tests {
             );
             assert!(matches!(s.delete(bad), Err(Error::InvalidId(_))), "{bad:?}");
         }
+    }
+
+    /// Every file under `root` outside `skip`, relative to `root`, with its content.
+    fn files_outside(root: &Path, skip: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+        let mut out = Vec::new();
+        let mut dirs = vec![root.to_path_buf()];
+        while let Some(dir) = dirs.pop() {
+            for entry in fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.starts_with(skip) {
+                    continue;
+                }
+                let meta = fs::symlink_metadata(&path).unwrap();
+                if meta.is_dir() {
+                    dirs.push(path);
+                } else {
+                    let rel = path.strip_prefix(root).unwrap().to_path_buf();
+                    out.push((rel, fs::read(&path).unwrap_or_default()));
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
+    /// CVE-2020-11652: no name that reaches the key store (a minion id from `_auth` or an
+    /// encrypted request, a key name given to salt-key or halite-key, a signing-pair or
+    /// signature-file name) reads, writes, moves or deletes anything outside the pki
+    /// directory, and a symlink planted in a state directory is neither followed nor
+    /// written through.
+    #[test]
+    fn cve_2020_11652_no_key_name_reaches_outside_the_pki_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let pki = dir.path().join("a/b/pki");
+        let s = KeyStore::open(&pki).unwrap();
+        let victim = dir.path().join("a/b/victim");
+        fs::write(&victim, pubkey(1)).unwrap();
+        let before = files_outside(dir.path(), &pki);
+        let absolute = victim.to_str().unwrap().to_owned();
+        let names = [
+            "../../victim",
+            "../victim",
+            "x/../../../victim",
+            "minions/../../victim",
+            absolute.as_str(),
+            "..",
+            ".",
+            "",
+            "..\\victim",
+            "victim\0",
+        ];
+        for name in names {
+            let refused = |r: Result<()>, op: &str| {
+                assert!(
+                    matches!(r, Err(Error::InvalidId(_) | Error::InvalidName(_))),
+                    "{op}({name:?}) was not refused"
+                );
+            };
+            refused(s.get(name).map(drop), "get");
+            refused(s.get_denied(name).map(drop), "get_denied");
+            for state in [Accepted, Pending, Rejected, Denied] {
+                refused(s.put(name, state, &pubkey(2)), "put");
+                refused(s.key_path(state, name).map(drop), "key_path");
+            }
+            refused(s.add_denied(name, &pubkey(2)).map(drop), "add_denied");
+            refused(s.delete(name).map(drop), "delete");
+            refused(s.delete_denied(name).map(drop), "delete_denied");
+            refused(s.read_local(name).map(drop), "read_local");
+            refused(
+                s.find_or_create_pair(name, 1024).map(drop),
+                "find_or_create_pair",
+            );
+            refused(
+                s.load_or_create_master_keys(name, 1024).map(drop),
+                "load_or_create_master_keys",
+            );
+            // What salt-key's accept, reject and delete do with a selection naming it.
+            for action in [Action::Accept, Action::Reject, Action::Delete] {
+                let selected = Matches::from_groups([(Pending, vec![name.to_owned()])]);
+                refused(
+                    s.apply(action, &selected, Include::default()).map(drop),
+                    "apply",
+                );
+            }
+        }
+        // Signature file names may hold sub-directories, but only inside the pki directory.
+        for name in [
+            "../victim",
+            "sub/../../victim",
+            "./../victim",
+            absolute.as_str(),
+            "",
+            ".",
+            "..",
+        ] {
+            assert!(
+                matches!(
+                    s.write_pubkey_signature(name, "sig"),
+                    Err(Error::InvalidName(_))
+                ),
+                "write_pubkey_signature({name:?}) was not refused"
+            );
+            assert!(
+                matches!(s.read_pubkey_signature(name), Err(Error::InvalidName(_))),
+                "read_pubkey_signature({name:?}) was not refused"
+            );
+        }
+        // A symlink to the victim planted as a key file.
+        std::os::unix::fs::symlink(&victim, pki.join("minions/evil")).unwrap();
+        assert_eq!(s.get("evil").unwrap(), None, "a symlink is not a key");
+        s.put("evil", Accepted, &pubkey(3)).unwrap();
+        assert!(s.delete("evil").unwrap());
+        assert_eq!(
+            files_outside(dir.path(), &pki),
+            before,
+            "something outside the pki directory changed"
+        );
     }
 
     #[test]

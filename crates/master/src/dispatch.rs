@@ -7,11 +7,14 @@
 //! size, msgpack, envelope, protocol version, and for encrypted commands the session key,
 //! the inner id and the token. Nothing it sends can panic a worker — a bad request is
 //! logged and answered with `"bad load"` (which makes a genuine minion re-authenticate),
-//! and the worker moves on.
+//! and the worker moves on. Should a handler panic all the same (a bug), the panic is
+//! caught here, logged with the command and the peer, counted, and answered with Salt's
+//! [`EXCEPTION_REPLY`] (see [`crate::boundary`]).
 //!
 //! The handlers live by concern in [`crate::handlers`]: `auth`, `publish`, `minion`
 //! (returns, events, pillar), `peer`, `runner`.
 
+use crate::boundary;
 use crate::keys::AcceptedKey;
 use crate::Master;
 use halite_proto::auth;
@@ -21,11 +24,9 @@ use halite_proto::rsa::{EncAlgo, SigAlgo};
 use halite_proto::value::{self, map, s};
 use halite_proto::Value;
 use halite_transport::{PeerId, ServerTransport};
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::SystemTime;
-
-/// Requests larger than this are refused with a log line (libzmq's own cap is higher).
-pub const MAX_REQUEST_SIZE: usize = 64 << 20;
 
 /// A clear-channel command handler.
 type ClearHandler = fn(&Master, ClearCall<'_>) -> ClearReply;
@@ -62,7 +63,8 @@ impl ClearReplyTo {
     }
 }
 
-/// The clear commands this master answers (`ClearFuncs`, plus `_auth`).
+/// The clear commands this master answers (`ClearFuncs`, plus `_auth`). Test builds add
+/// [`TEST_PANIC_COMMAND`], whose handler panics, to prove the panic boundary.
 const CLEAR_HANDLERS: &[(&str, ClearHandler)] = &[
     ("_auth", |m, c| ClearReply::Send(m.handle_auth(c.load))),
     ("publish", Master::handle_publish),
@@ -70,7 +72,19 @@ const CLEAR_HANDLERS: &[(&str, ClearHandler)] = &[
     ("mk_token", Master::handle_mk_token),
     ("get_token", Master::handle_get_token),
     ("ping", |_, c| ClearReply::Send(c.load.clone())),
+    #[cfg(test)]
+    (TEST_PANIC_COMMAND, |_, _| {
+        panic!("the test-only command panics")
+    }),
 ];
+
+/// A clear command that exists only in test builds: its handler panics.
+#[cfg(test)]
+pub(crate) const TEST_PANIC_COMMAND: &str = "_halite_test_panic";
+
+/// Salt's reply to a request whose handling raised an exception
+/// (`ReqServerChannel.handle_message`); the `salt` CLI prints it as the error.
+pub const EXCEPTION_REPLY: &str = "Some exception handling minion payload";
 
 /// How an encrypted command's result is sent back.
 pub enum AesReply {
@@ -148,28 +162,81 @@ pub(crate) fn bad_load() -> Value {
 impl Master {
     /// Handles one request body from `peer` and returns the reply body, or `None` when a
     /// handler holds the reply and sends it later.
+    ///
+    /// The panic boundary of the request path: a panic anywhere in handling the request is
+    /// caught, logged at `error` with what the request was (the command once it is known)
+    /// and the peer, counted ([`crate::boundary::Stats::request_panics`]), and answered with
+    /// [`EXCEPTION_REPLY`], as Salt answers a request whose handler raised. The worker goes
+    /// on with the next request.
     pub fn handle_request(&self, body: &[u8], peer: &PeerId) -> Option<Vec<u8>> {
-        self.dispatch(body, peer).map(|v| value::encode(&v))
+        let reply = self
+            .isolate_request(
+                peer,
+                || "a request".to_owned(),
+                || self.dispatch(body, peer),
+            )
+            .unwrap_or_else(|| Some(s(EXCEPTION_REPLY)));
+        reply.map(|v| value::encode(&v))
     }
 
+    /// Runs one step of handling a request from `peer`; a panic is logged with `what()`,
+    /// counted and answered as `None`.
+    fn isolate_request<T>(
+        &self,
+        peer: &PeerId,
+        what: impl FnOnce() -> String,
+        f: impl FnOnce() -> T,
+    ) -> Option<T> {
+        match catch_unwind(AssertUnwindSafe(f)) {
+            Ok(v) => Some(v),
+            Err(payload) => {
+                let n = self.stats.request_panicked();
+                tracing::error!(
+                    ?peer,
+                    panics = n,
+                    "Panic while handling {}: {}; answered with an error, the worker goes on",
+                    what(),
+                    boundary::panic_message(payload.as_ref())
+                );
+                None
+            }
+        }
+    }
+
+    /// The size and decode front: `max_request_size` (also libzmq's `maxmsgsize` on the
+    /// request port, so a larger body normally never gets here), then the envelope read
+    /// without decoding it (`Request::parse`: a body that is not a map is refused from its
+    /// first byte, an encrypted load is borrowed, not copied), `max_clear_request_size`
+    /// for clear requests, and a clear load decoded within a budget proportional to its
+    /// length.
     fn dispatch(&self, body: &[u8], peer: &PeerId) -> Option<Value> {
-        if body.len() > MAX_REQUEST_SIZE {
+        let limit = usize::try_from(self.cfg.max_request_size).unwrap_or(usize::MAX);
+        if body.len() > limit {
             tracing::warn!(
                 size = body.len(),
-                limit = MAX_REQUEST_SIZE,
+                limit,
                 "Request larger than the limit refused"
             );
             return Some(bad_load());
         }
-        let decoded = match value::decode(body) {
-            Ok(v) => v,
-            Err(e) => {
+        let max_clear = usize::try_from(self.cfg.max_clear_request_size).unwrap_or(usize::MAX);
+        let request = match Request::parse(body, max_clear) {
+            Ok(r) => r,
+            Err(halite_proto::Error::Msgpack(e)) => {
                 tracing::warn!(error = %e, "Undecodable request on the request port");
                 return Some(map([("msg", bad_load())]));
             }
-        };
-        let request = match Request::parse(&decoded) {
-            Ok(r) => r,
+            Err(halite_proto::Error::TooLarge { size, limit }) => {
+                tracing::warn!(
+                    size,
+                    limit,
+                    "Unencrypted request larger than max_clear_request_size refused"
+                );
+                return Some(s(format!(
+                    "{BAD_LOAD}: {size} bytes is over this master's max_clear_request_size \
+                     ({limit} bytes) for a request that is not encrypted"
+                )));
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "Malformed request on the request port");
                 return Some(bad_load());
@@ -201,9 +268,11 @@ impl Master {
                         transport: self.transport.clone(),
                     },
                 };
-                match handler(self, call) {
-                    ClearReply::Send(v) => Some(v),
-                    ClearReply::Held => None,
+                let what = || format!("the clear command {cmd:?}");
+                match self.isolate_request(peer, what, || handler(self, call)) {
+                    Some(ClearReply::Send(v)) => Some(v),
+                    Some(ClearReply::Held) => None,
+                    None => Some(s(EXCEPTION_REPLY)),
                 }
             }
             Request::Aes {
@@ -212,7 +281,7 @@ impl Master {
                 enc_algo,
                 sig_algo,
                 ..
-            } => self.dispatch_aes(&id, &blob, enc_algo, sig_algo, peer),
+            } => self.dispatch_aes(id, blob, enc_algo, sig_algo, peer),
         }
     }
 
@@ -241,6 +310,9 @@ impl Master {
                 return Some(bad_load());
             }
         };
+        if self.request_expired(id, &req.load) {
+            return Some(bad_load());
+        }
         let Some(key) = self.keys.accepted(id) else {
             tracing::warn!("Encrypted request from {id}, which has no accepted key, refused");
             return Some(bad_load());
@@ -251,9 +323,8 @@ impl Master {
         }
         let cmd = value::get_str(&req.load, "cmd").unwrap_or("");
         let reply = match AES_HANDLERS.iter().find(|(name, _)| *name == cmd) {
-            Some((_, handler)) => handler(
-                self,
-                AesCall {
+            Some((name, handler)) => {
+                let call = AesCall {
                     id,
                     load: req.load,
                     nonce: req.nonce.as_deref(),
@@ -266,8 +337,13 @@ impl Master {
                         nonce: req.nonce.clone(),
                         transport: self.transport.clone(),
                     },
-                },
-            ),
+                };
+                let what = || format!("the encrypted command {name:?} from {id}");
+                match self.isolate_request(peer, what, || handler(self, call)) {
+                    Some(reply) => reply,
+                    None => return Some(s(EXCEPTION_REPLY)),
+                }
+            }
             None => {
                 tracing::debug!(
                     cmd,

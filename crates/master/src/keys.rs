@@ -7,6 +7,13 @@
 //! - Directory listings happen only in [`KeyIndex::refresh`], driven by a timer, and only
 //!   when a state directory's mtime changed (a key was added, moved or deleted by
 //!   `halite-key`, stock `salt-key` or by hand).
+//! - The number of pending keys (`max_pending_keys`) is the count of `minions_pre/` taken by
+//!   the last refresh plus the keys the auth path stored since ([`KeyIndex::reserve_pending`]);
+//!   a reservation and its check are one step under a lock, so concurrent sign-ins cannot
+//!   both take the last place. A refresh replaces the count with its listing, so keys being
+//!   written during that listing are missed until the next one (the directory changed, so the
+//!   next refresh lists it again): the cap can be passed by at most the sign-ins in flight
+//!   at one refresh.
 
 use halite_keystore::KeyStore;
 use halite_proto::auth::KeyState;
@@ -101,6 +108,30 @@ pub struct KeyIndex {
     /// The ids the last directory listing found in `minions/`: `salt/key` accept events
     /// come from this listing, whatever path (auth or refresh) filled the index first.
     listed: Mutex<BTreeSet<String>>,
+    /// Keys in `minions_pre/`: the last refresh's count plus the auth path's reservations.
+    pending: Mutex<PendingCount>,
+}
+
+/// The pending keys counted by a [`KeyIndex`].
+#[derive(Debug, Default)]
+struct PendingCount {
+    /// Keys in `minions_pre/`.
+    keys: usize,
+    /// A reservation was refused since the last one that succeeded.
+    refusing: bool,
+}
+
+/// What [`KeyIndex::reserve_pending`] answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PendingPlace {
+    /// A place was taken: store the key, or give the place back.
+    Taken,
+    /// The limit is reached. `first` for the first refusal since a place was last taken
+    /// (the one worth a log line).
+    Full {
+        /// First refusal since the last place taken.
+        first: bool,
+    },
 }
 
 const WATCHED: [KeyState; 4] = [
@@ -119,6 +150,7 @@ impl KeyIndex {
             ids: RwLock::new(None),
             mtimes: Mutex::new(vec![None; WATCHED.len()]),
             listed: Mutex::new(BTreeSet::new()),
+            pending: Mutex::new(PendingCount::default()),
         };
         idx.refresh();
         idx
@@ -158,6 +190,27 @@ impl KeyIndex {
             *self.ids.write().unwrap_or_else(|e| e.into_inner()) = None;
         }
         Some((key, public))
+    }
+
+    /// Takes a place for one more pending key when fewer than `max` are pending (`0`: no
+    /// limit). The caller stores the key next, or gives the place back with
+    /// [`KeyIndex::release_pending`] when it could not.
+    pub fn reserve_pending(&self, max: u64) -> PendingPlace {
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        if max > 0 && u64::try_from(pending.keys).unwrap_or(u64::MAX) >= max {
+            let first = !pending.refusing;
+            pending.refusing = true;
+            return PendingPlace::Full { first };
+        }
+        pending.keys += 1;
+        pending.refusing = false;
+        PendingPlace::Taken
+    }
+
+    /// Gives back a place taken by [`KeyIndex::reserve_pending`] whose key was not stored.
+    pub fn release_pending(&self) {
+        let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        pending.keys = pending.keys.saturating_sub(1);
     }
 
     /// The ids of accepted minions.
@@ -204,6 +257,10 @@ impl KeyIndex {
             } else {
                 vec![None; WATCHED.len()]
             };
+        }
+        match self.store.count(KeyState::Pending) {
+            Ok(n) => self.pending.lock().unwrap_or_else(|e| e.into_inner()).keys = n,
+            Err(e) => tracing::warn!("Cannot count the pending keys: {e}"),
         }
         let on_disk: BTreeSet<String> = self
             .store
@@ -384,6 +441,37 @@ mod tests {
         *idx.mtimes.lock().unwrap() = vec![None; WATCHED.len()];
         idx.refresh();
         assert_eq!(idx.accepted_ids().len(), 3300);
+    }
+
+    #[test]
+    fn pending_places_are_capped_and_recounted_from_the_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = KeyStore::open(dir.path()).unwrap();
+        let key = pem();
+        for id in ["a", "b"] {
+            store.put(id, KeyState::Pending, &key).unwrap();
+        }
+        store.put("c", KeyState::Accepted, &key).unwrap();
+        let idx = KeyIndex::load(KeyStore::open(dir.path()).unwrap());
+        let full = |first| PendingPlace::Full { first };
+        assert_eq!(idx.reserve_pending(3), PendingPlace::Taken, "2 of 3 taken");
+        assert_eq!(idx.reserve_pending(3), full(true), "3 of 3 taken");
+        assert_eq!(idx.reserve_pending(3), full(false), "reported once");
+        idx.release_pending();
+        assert_eq!(idx.reserve_pending(3), PendingPlace::Taken, "given back");
+        assert_eq!(
+            idx.reserve_pending(3),
+            full(true),
+            "full again: reported again"
+        );
+        assert_eq!(idx.reserve_pending(0), PendingPlace::Taken, "0: no limit");
+        // salt-key deleted a pending key (and nothing was written for the reservations):
+        // the next refresh counts the directory again.
+        store.delete("a").unwrap();
+        *idx.mtimes.lock().unwrap() = vec![None; WATCHED.len()];
+        idx.refresh();
+        assert_eq!(idx.reserve_pending(2), PendingPlace::Taken, "1 of 2 taken");
+        assert_eq!(idx.reserve_pending(2), full(true));
     }
 
     #[test]

@@ -10,11 +10,21 @@
 //!   rotates the AES key when a key is removed (so a deleted minion can no longer read
 //!   publishes, as Salt's `rotate_aes_key` does).
 //!
+//! A panic while handling one request, or one item of a background thread, is caught,
+//! logged and counted ([`boundary`], [`Master::stats`]); the thread goes on.
+//!
+//! Shutdown order: the request port stops first (no minion signs in to a master that is
+//! going away), the workers handle what was already queued, then the publisher closes, the
+//! job-cache writer drains its queue and the event journal commits.
+//!
 //! What it does not do: targeting decisions on minions (minions decide), execution, or
 //! anything on the minion bus.
 
 pub mod access;
+pub mod boundary;
 pub mod credentials;
+#[cfg(test)]
+mod cve_tests;
 pub mod dispatch;
 pub mod events;
 pub mod handlers;
@@ -27,6 +37,7 @@ pub mod sessions;
 mod testing;
 pub mod watch;
 
+use boundary::Stats;
 use events::EventSink;
 use halite_config::MasterConfig;
 use halite_eauth::ExternalAuth;
@@ -38,7 +49,7 @@ use halite_proto::value::{self, map, s};
 use halite_proto::Value;
 use halite_token::{RedbTokenStore, TokenStore};
 use halite_transport::zeromq::{ZmqServer, ZmqServerConfig};
-use halite_transport::ServerTransport;
+use halite_transport::{Incoming, PeerId, ServerTransport};
 use jobs::{JobCache, JobSink, JobWriter};
 use keys::{KeyChange, KeyIndex};
 use logins::Authenticator;
@@ -47,7 +58,7 @@ use sessions::Sessions;
 use std::collections::HashMap;
 use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, RwLock, Weak};
 use std::time::Duration;
@@ -133,6 +144,8 @@ pub struct Master {
     token_expire: f64,
     /// `keep_acl_in_token`.
     keep_acl_in_token: bool,
+    /// Panics survived (see [`boundary`]).
+    stats: Arc<Stats>,
 }
 
 /// What a [`Master`] is built from besides its config: where replies and publishes go,
@@ -157,6 +170,15 @@ impl Master {
     /// precomputed signature), the session keys, and writes the local users' client keys.
     /// The directories of [`prepare_dirs`] must exist.
     pub fn new(cfg: MasterConfig, parts: Parts) -> Result<Arc<Master>, Error> {
+        Master::with_stats(cfg, parts, Arc::default())
+    }
+
+    /// [`Master::new`], counting panics in `stats` (shared with the job-cache writer).
+    fn with_stats(
+        cfg: MasterConfig,
+        parts: Parts,
+        stats: Arc<Stats>,
+    ) -> Result<Arc<Master>, Error> {
         let store = KeyStore::open(&cfg.pki_dir).map_err(|e| Error::Keys(e.to_string()))?;
         let master_id = cfg.id.strip_suffix("_master").unwrap_or(&cfg.id).to_owned();
         let (key, pub_clean) = store
@@ -197,7 +219,7 @@ impl Master {
             events: parts.events,
             jobs: parts.jobs,
             job_store: parts.job_store,
-            watch: JobWatch::new(),
+            watch: JobWatch::new(stats.clone()),
             jids: Mutex::new(JidGenerator::default()),
             grains: RwLock::new(HashMap::new()),
             regex: halite_target::RegexCache::new(256),
@@ -207,13 +229,19 @@ impl Master {
             running_runners: AtomicUsize::new(0),
             me: me.clone(),
             run_user,
-            logins: Authenticator::new(eauth.clone(), logins::LOGIN_THREADS),
+            logins: Authenticator::new(eauth.clone(), logins::LOGIN_THREADS, stats.clone()),
             eauth,
             tokens: parts.tokens,
             token_expire,
             keep_acl_in_token,
+            stats,
             cfg,
         }))
+    }
+
+    /// The panics this master survived.
+    pub fn stats(&self) -> &Stats {
+        &self.stats
     }
 
     /// Minions connected now, as Salt's `CkMinions.connected_ids` finds them: accepted
@@ -420,6 +448,8 @@ fn make_dir(path: &Path, mode: u32) -> Result<(), Error> {
 /// publish port, none on the request port (see `halite_transport::zeromq` for why).
 fn zmq_config(cfg: &MasterConfig) -> ZmqServerConfig {
     let mut z = ZmqServerConfig::new(&cfg.interface, cfg.ipv6, cfg.ret_port, cfg.publish_port);
+    // One limit for the request port: libzmq refuses what `dispatch` would.
+    z.max_msg_size = i64::try_from(cfg.max_request_size).unwrap_or(i64::MAX);
     let int = |name: &str| {
         cfg.get(name)
             .and_then(Value::as_i64)
@@ -477,8 +507,43 @@ fn external_auth(cfg: &MasterConfig) -> Result<ExternalAuth, Error> {
     Ok(auth)
 }
 
-/// Runs the master until `shutdown` is cancelled.
-pub async fn run(cfg: MasterConfig, shutdown: CancellationToken) -> Result<(), Error> {
+/// A request worker: takes requests off the shared queue until it is closed and empty,
+/// and serves each ([`serve_one`]). Requests are never dropped here; the queue's sender
+/// closes it when the request port stops.
+fn serve_requests(
+    master: &Master,
+    queue: &Mutex<tokio::sync::mpsc::Receiver<Incoming>>,
+    transport: &dyn ServerTransport,
+) {
+    loop {
+        let next = queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .blocking_recv();
+        let Some(req) = next else { return };
+        serve_one(master, transport, &req.peer, &req.body);
+    }
+}
+
+/// One request of a worker: handled (a panic in its handling is caught, logged, counted
+/// and answered as Salt answers an exception, see [`Master::handle_request`]), and the
+/// reply sent unless a handler holds it. A reply that cannot be sent (the peer left, the
+/// request port is stopping) is logged; the worker goes on either way.
+fn serve_one(master: &Master, transport: &dyn ServerTransport, peer: &PeerId, body: &[u8]) {
+    if let Some(reply) = master.handle_request(body, peer) {
+        if let Err(e) = transport.reply(peer.clone(), reply) {
+            tracing::debug!(?peer, "A reply could not be sent: {e}");
+        }
+    }
+}
+
+/// Runs the master until `shutdown` is cancelled. `ready` is called once the sockets are
+/// bound and the workers started (the binary tells systemd then).
+pub async fn run(
+    cfg: MasterConfig,
+    shutdown: CancellationToken,
+    ready: impl FnOnce(),
+) -> Result<(), Error> {
     prepare_dirs(&cfg)?;
     // The pki directory and master keys are checked before any socket is bound.
     KeyStore::open(&cfg.pki_dir).map_err(|e| Error::Keys(e.to_string()))?;
@@ -498,19 +563,28 @@ pub async fn run(cfg: MasterConfig, shutdown: CancellationToken) -> Result<(), E
     .await?;
     let bus_task = tokio::spawn(bus_server.run(shutdown.child_token()));
 
-    // `salt` (LocalClient) refuses to publish unless this path exists; Halite takes
-    // publishes on the request port, so the path is a marker, like Salt's `workers.ipc`.
-    let marker = cfg.sock_dir.join("publish_pull.ipc");
-    // A stock master leaves a socket there, which cannot be written as a file.
-    let _ = std::fs::remove_file(&marker);
-    std::fs::write(&marker, b"").map_err(io_err("cannot write", &marker))?;
+    // Stock clients look for a socket before they talk to a master: `salt` (LocalClient)
+    // refuses to publish unless `publish_pull.ipc` exists, and salt-api answers "503 Salt
+    // Master is not available" unless `workers.ipc` does (`NetapiClient._is_master_running`).
+    // Halite takes both kinds of request on the request port, so the paths are markers.
+    let markers: Vec<PathBuf> = ["publish_pull.ipc", "workers.ipc"]
+        .iter()
+        .map(|name| cfg.sock_dir.join(name))
+        .collect();
+    for marker in &markers {
+        // A stock master leaves a socket there, which cannot be written as a file.
+        let _ = std::fs::remove_file(marker);
+        std::fs::write(marker, b"").map_err(io_err("cannot write", marker))?;
+    }
 
     let job_store = Arc::new(RedbJobStore::open(cfg.cachedir.join("jobs.redb"))?);
     let hash_type: HashType = cfg.hash_type.parse().unwrap_or_default();
+    let stats = Arc::new(Stats::default());
     let (writer, jobs_thread) = JobWriter::spawn(
         job_store.clone(),
         LocalCacheWriter::new(&cfg.cachedir, hash_type),
         cfg.keep_jobs_seconds,
+        stats.clone(),
     );
 
     let zcfg = zmq_config(&cfg);
@@ -520,7 +594,7 @@ pub async fn run(cfg: MasterConfig, shutdown: CancellationToken) -> Result<(), E
     let tokens = Arc::new(RedbTokenStore::open(
         cfg.cachedir.join(halite_token::TOKEN_FILE),
     )?);
-    let master = Master::new(
+    let master = Master::with_stats(
         cfg,
         Parts {
             transport: transport.clone(),
@@ -529,6 +603,7 @@ pub async fn run(cfg: MasterConfig, shutdown: CancellationToken) -> Result<(), E
             job_store,
             tokens,
         },
+        stats,
     )?;
 
     if master.access.has_acl() || !master.eauth.enabled().is_empty() {
@@ -543,15 +618,7 @@ pub async fn run(cfg: MasterConfig, shutdown: CancellationToken) -> Result<(), E
         workers.push(
             std::thread::Builder::new()
                 .name(format!("mworker-{n}"))
-                .spawn(move || loop {
-                    let next = rx.lock().unwrap_or_else(|e| e.into_inner()).blocking_recv();
-                    let Some(req) = next else { return };
-                    if let Some(reply) = m.handle_request(&req.body, &req.peer) {
-                        if t.reply(req.peer, reply).is_err() {
-                            return;
-                        }
-                    }
-                })
+                .spawn(move || serve_requests(&m, &rx, t.as_ref()))
                 .map_err(io_err("cannot start worker threads in", Path::new("/")))?,
         );
     }
@@ -561,6 +628,7 @@ pub async fn run(cfg: MasterConfig, shutdown: CancellationToken) -> Result<(), E
         master.cfg.ret_port,
         master.cfg.publish_port
     );
+    ready();
     let mut tick = tokio::time::interval(KEY_REFRESH_INTERVAL);
     let mut maintenance = tokio::time::interval(loop_interval(&master.cfg));
     loop {
@@ -580,20 +648,29 @@ pub async fn run(cfg: MasterConfig, shutdown: CancellationToken) -> Result<(), E
         }
     }
     tracing::info!("The Salt Master is shutting down");
+    // Requests first: from now on no minion signs in to, or hears from, a master whose
+    // publisher is about to close (the request port's connections close, so its requests
+    // fail at once and it goes looking for the next master). What was already queued is
+    // still handled — an accepted return is stored — but its replies go nowhere.
+    transport.stop_requests();
     // Runner threads waiting for minions and held replies end now.
     master.watch.stop();
     master.logins.stop();
-    transport.shutdown();
+    // The workers end when the queue they drain is empty and closed.
     for w in workers {
         let _ = w.join();
     }
+    // Then the publisher: minions see their publish connection close.
+    transport.shutdown();
     drop(master);
     let _ = tokio::task::spawn_blocking(move || jobs_thread.join()).await;
     // Halite extension: commit what the bus carried, close the replay socket.
     if let Some(journal) = journal {
         journal.shutdown().await;
     }
-    let _ = std::fs::remove_file(marker);
+    for marker in markers {
+        let _ = std::fs::remove_file(marker);
+    }
     let _ = bus_task.await;
     Ok(())
 }

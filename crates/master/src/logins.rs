@@ -7,8 +7,10 @@
 //! Bounds: at most [`MAX_WAITING_LOGINS`] logins wait for a login thread; beyond that a
 //! login is refused without running its backend (answered after the padded delay like any
 //! failure, and logged). A login's answer is handed to its callback exactly once, also
-//! when the master stops.
+//! when the master stops. A backend that panics fails that login (after its delay); a
+//! callback that panics is logged and counted; neither stops a thread.
 
+use crate::boundary::{self, Stats};
 use halite_eauth::{ExternalAuth, FailureDelay, Identity};
 use std::collections::{BinaryHeap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -82,6 +84,14 @@ struct Shared {
     /// Wakes the timer thread.
     timer: Condvar,
     delay: Mutex<FailureDelay>,
+    /// Where a panicking backend or reply is counted.
+    stats: Arc<Stats>,
+}
+
+/// Hands a login's answer to its caller (which sends a held reply). A panic in it is
+/// logged and counted, and the thread goes on.
+fn answer(stats: &Stats, done: Done, result: Result<Identity, LoginError>) {
+    boundary::isolate(stats, "the reply to an eauth login", move || done(result));
 }
 
 impl Shared {
@@ -99,7 +109,7 @@ impl Shared {
         let mut st = self.lock();
         if st.stopped {
             drop(st);
-            done(Err(error));
+            answer(&self.stats, done, Err(error));
             return;
         }
         st.seq += 1;
@@ -123,14 +133,16 @@ pub struct Authenticator {
 
 impl Authenticator {
     /// A pool of `threads` login threads and a timer thread. A thread that cannot be
-    /// started is logged; with none, every login fails (after its delay).
-    pub fn new(auth: Arc<ExternalAuth>, threads: usize) -> Authenticator {
+    /// started is logged; with none, every login fails (after its delay). A backend or a
+    /// reply that panics is counted in `stats`: that login fails, the thread goes on.
+    pub fn new(auth: Arc<ExternalAuth>, threads: usize, stats: Arc<Stats>) -> Authenticator {
         let shared = Arc::new(Shared {
             auth,
             state: Mutex::new(State::default()),
             work: Condvar::new(),
             timer: Condvar::new(),
             delay: Mutex::new(FailureDelay::default()),
+            stats,
         });
         let mut handles = Vec::new();
         for n in 0..threads.max(1) {
@@ -193,10 +205,10 @@ impl Authenticator {
         self.shared.work.notify_all();
         self.shared.timer.notify_all();
         for login in queue {
-            (login.done)(Err(LoginError::Failed));
+            answer(&self.shared.stats, login.done, Err(LoginError::Failed));
         }
         for d in delayed {
-            (d.done)(Err(d.error));
+            answer(&self.shared.stats, d.done, Err(d.error));
         }
         let handles = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|e| e.into_inner()));
         for h in handles {
@@ -226,13 +238,21 @@ fn login_loop(shared: &Shared) {
             }
         };
         let started = Instant::now();
-        match shared
-            .auth
-            .authenticate(&login.eauth, &login.username, &login.password)
-        {
-            Ok(Some(identity)) => (login.done)(Ok(identity)),
-            Ok(None) => shared.fail_later(LoginError::Failed, started.elapsed(), login.done),
-            Err(e) => {
+        let outcome = boundary::isolate(
+            &shared.stats,
+            format_args!("the eauth backend {}", login.eauth),
+            || {
+                shared
+                    .auth
+                    .authenticate(&login.eauth, &login.username, &login.password)
+            },
+        );
+        match outcome {
+            Some(Ok(Some(identity))) => answer(&shared.stats, login.done, Ok(identity)),
+            Some(Ok(None)) | None => {
+                shared.fail_later(LoginError::Failed, started.elapsed(), login.done)
+            }
+            Some(Err(e)) => {
                 tracing::error!("eauth backend {}: {e}", login.eauth);
                 shared.fail_later(LoginError::Failed, started.elapsed(), login.done);
             }
@@ -251,7 +271,7 @@ fn timer_loop(shared: &Shared) {
             Some(at) if at <= now => {
                 if let Some(d) = st.delayed.pop() {
                     drop(st);
-                    (d.done)(Err(d.error));
+                    answer(&shared.stats, d.done, Err(d.error));
                     st = shared.lock();
                 }
             }

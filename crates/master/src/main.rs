@@ -1,8 +1,14 @@
-//! `halite-master`: parses flags, loads the config, sets up logging, runs the master.
+//! `halite-master`: parses flags, loads the config, sets up logging, writes the pidfile,
+//! runs the master, and tells systemd (`Type=notify`) when it serves and when it stops.
 
 use clap::Parser;
-use halite_daemon::DaemonArgs;
+use halite_daemon::{DaemonArgs, Notifier, PidFile};
 use std::process::ExitCode;
+
+/// Exit status for a usage error (optparse's, as `salt-master`).
+const EX_USAGE: u8 = 2;
+/// Exit status for an unusable configuration (`EX_CONFIG`).
+const EX_CONFIG: u8 = 78;
 
 /// The Halite master: a drop-in for salt-master.
 #[derive(Parser)]
@@ -17,12 +23,17 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse().daemon;
+    // Before any thread starts: it takes $NOTIFY_SOCKET out of the environment.
+    let notifier = Notifier::from_env();
+    let args = match halite_daemon::parse_cli::<Args, _, _>(std::env::args_os(), EX_USAGE) {
+        Ok(a) => a.daemon,
+        Err(status) => return status,
+    };
     let cfg = match halite_config::MasterConfig::load(&args.config_dir) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("halite-master: {e}");
-            return ExitCode::from(78);
+            return ExitCode::from(EX_CONFIG);
         }
     };
     args.init_logging(
@@ -31,8 +42,20 @@ fn main() -> ExitCode {
         std::path::Path::new(&cfg.log_file),
     );
     for unknown in cfg.unknown_options() {
-        tracing::debug!("Unknown configuration option {unknown:?} ignored");
+        tracing::warn!("{unknown}");
     }
+    // Removed when `main` returns.
+    let _pidfile = match PidFile::create(args.pidfile(&cfg.pidfile)) {
+        Ok(p) => Some(p),
+        Err(e @ halite_daemon::Error::Running { .. }) => {
+            tracing::error!("{e}");
+            return ExitCode::FAILURE;
+        }
+        Err(e) => {
+            tracing::warn!("{e}");
+            None
+        }
+    };
 
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -47,7 +70,12 @@ fn main() -> ExitCode {
     };
     runtime.block_on(async move {
         let shutdown = halite_daemon::shutdown_on_signals();
-        match halite_master::run(cfg, shutdown).await {
+        let (stopping, stop) = (notifier.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            stop.cancelled().await;
+            stopping.stopping();
+        });
+        match halite_master::run(cfg, shutdown, || notifier.ready()).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 tracing::error!("The Salt Master could not start: {e}");

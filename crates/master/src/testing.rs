@@ -102,8 +102,9 @@ impl Events {
 pub struct StoreSink(pub Arc<RedbJobStore>);
 
 impl JobSink for StoreSink {
-    fn save_load(&self, jid: &str, load: Value, minions: Vec<String>) {
+    fn save_load(&self, jid: &str, load: Value, minions: Vec<String>) -> Result<(), String> {
         self.0.save_load(jid, &load, &minions, 1).unwrap();
+        Ok(())
     }
 
     fn add_return(&self, jid: String, id: String, packed: Vec<u8>) {
@@ -145,6 +146,14 @@ fn minion_key() -> &'static PrivateKey {
 impl TestMaster {
     /// A master with `auto_accept: True` plus `extra` (YAML) in its config.
     pub fn new(extra: &str) -> TestMaster {
+        TestMaster::with_jobs(extra, |store| Arc::new(StoreSink(store)))
+    }
+
+    /// [`TestMaster::new`] writing jobs to the sink `jobs` makes from the job store.
+    pub fn with_jobs(
+        extra: &str,
+        jobs: impl FnOnce(Arc<RedbJobStore>) -> Arc<dyn JobSink>,
+    ) -> TestMaster {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
         let yaml = format!(
@@ -161,7 +170,7 @@ impl TestMaster {
             Parts {
                 transport: wire.clone(),
                 events: events.clone(),
-                jobs: Arc::new(StoreSink(store.clone())),
+                jobs: jobs(store.clone()),
                 job_store: store.clone(),
                 tokens: Arc::new(RedbTokenStore::open(root.join("tokens.redb")).unwrap()),
             },
@@ -317,5 +326,82 @@ impl TestMinion {
             ("success", Value::from(true)),
         ]);
         self.call(tm, load);
+    }
+}
+
+mod tests {
+    use super::*;
+    use crate::dispatch::{EXCEPTION_REPLY, TEST_PANIC_COMMAND};
+    use halite_proto::value::{map, s};
+
+    /// Collects what is logged.
+    #[derive(Clone, Default)]
+    struct Logs(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Logs {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn clear_body(load: Value) -> Vec<u8> {
+        value::encode(&map([
+            ("enc", s("clear")),
+            ("load", load),
+            ("version", Value::from(3)),
+        ]))
+    }
+
+    #[test]
+    fn a_request_whose_handler_panics_is_logged_answered_and_the_next_request_served() {
+        let tm = TestMaster::new("");
+        let logs = Logs::default();
+        let writer = logs.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .with_ansi(false)
+            .finish();
+        let (bad, good) = (PeerId(b"bad-peer".to_vec()), PeerId(b"next".to_vec()));
+        let ping = map([("cmd", s("ping")), ("n", Value::from(1))]);
+        tracing::subscriber::with_default(subscriber, || {
+            // What a request worker does with each request, twice in a row.
+            let panicking = clear_body(map([("cmd", s(TEST_PANIC_COMMAND))]));
+            crate::serve_one(&tm.master, tm.wire.as_ref(), &bad, &panicking);
+            crate::serve_one(
+                &tm.master,
+                tm.wire.as_ref(),
+                &good,
+                &clear_body(ping.clone()),
+            );
+        });
+        let replies = tm.wire.replies.lock().unwrap().clone();
+        assert_eq!(
+            replies,
+            [
+                (bad, value::encode(&s(EXCEPTION_REPLY))),
+                (good, value::encode(&ping)),
+            ]
+        );
+        assert_eq!(tm.master.stats().request_panics(), 1);
+        let logged = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+        let line = logged
+            .lines()
+            .find(|l| l.contains("Panic while handling"))
+            .unwrap_or_else(|| panic!("no panic logged in:\n{logged}"));
+        assert!(line.contains("ERROR"), "{line}");
+        assert!(
+            line.contains(&format!("the clear command {TEST_PANIC_COMMAND:?}")),
+            "{line}"
+        );
+        assert!(line.contains("the test-only command panics"), "{line}");
+        assert!(
+            line.contains(&format!("{:?}", PeerId(b"bad-peer".to_vec()))),
+            "{line}"
+        );
+        assert!(line.contains("panics=1"), "{line}");
     }
 }

@@ -15,8 +15,11 @@
 //!
 //! Bounds: at most [`MAX_WATCHED`] jobs (the oldest is dropped first), each forgotten
 //! [`RETENTION`] after it was registered; at most [`MAX_WAITERS`] held callbacks (beyond it a
-//! callback runs at once with what is there, which a poller handles).
+//! callback runs at once with what is there, which a poller handles). A callback that
+//! panics is logged and counted ([`crate::boundary`]); the other waiters still get their
+//! answer and the timer thread goes on.
 
+use crate::boundary::{self, Stats};
 use halite_proto::Value;
 use std::collections::{BTreeSet, BinaryHeap, HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -75,6 +78,8 @@ struct Shared {
     state: Mutex<State>,
     /// Wakes blocking waiters and the timer thread.
     changed: Condvar,
+    /// Where a panicking callback is counted.
+    stats: Arc<Stats>,
 }
 
 /// The watched jobs. Cheap to clone; the timer thread stops when the last clone is dropped.
@@ -89,18 +94,19 @@ impl Shared {
     }
 }
 
-impl Default for JobWatch {
-    fn default() -> Self {
-        Self::new()
-    }
+/// Runs a waiter's callback (it sends a held reply). A panic in it is logged and counted
+/// in `stats`, and the other waiters and the timer thread go on.
+fn call(stats: &Stats, cb: Callback, snap: Snapshot) {
+    boundary::isolate(stats, "a held reply of the job watch", move || cb(snap));
 }
 
 impl JobWatch {
-    /// A watch with its timer thread.
-    pub fn new() -> Self {
+    /// A watch with its timer thread; panics in callbacks are counted in `stats`.
+    pub fn new(stats: Arc<Stats>) -> Self {
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
             changed: Condvar::new(),
+            stats,
         });
         let s = shared.clone();
         let timer = std::thread::Builder::new()
@@ -118,7 +124,7 @@ impl JobWatch {
     pub fn register(&self, jid: &str, expected: &[String], owner: Option<&str>) {
         let mut st = self.shared.lock();
         let now = Instant::now();
-        expire(&mut st, now);
+        expire(&self.shared.stats, &mut st, now);
         if let Some(job) = st.jobs.get_mut(jid) {
             job.snap.expected.extend(expected.iter().cloned());
             return;
@@ -128,7 +134,7 @@ impl JobWatch {
                 break;
             };
             if let Some(job) = st.jobs.remove(&old) {
-                fire_all(&mut st, job);
+                fire_all(&self.shared.stats, &mut st, job);
             }
         }
         st.order.push_back(jid.to_owned());
@@ -169,7 +175,7 @@ impl JobWatch {
         drop(st);
         self.shared.changed.notify_all();
         for (_, cb) in waiters {
-            cb(snap.clone());
+            call(&self.shared.stats, cb, snap.clone());
         }
     }
 
@@ -239,15 +245,15 @@ impl JobWatch {
 }
 
 /// Hands every waiter of a job that is going away what there is.
-fn fire_all(st: &mut State, mut job: Job) {
+fn fire_all(stats: &Stats, st: &mut State, mut job: Job) {
     st.held -= job.waiters.len();
     let snap = job.snap.clone();
     for (_, cb) in job.waiters.drain(..) {
-        cb(snap.clone());
+        call(stats, cb, snap.clone());
     }
 }
 
-fn expire(st: &mut State, now: Instant) {
+fn expire(stats: &Stats, st: &mut State, now: Instant) {
     while let Some(jid) = st.order.front() {
         let old = st
             .jobs
@@ -258,7 +264,7 @@ fn expire(st: &mut State, now: Instant) {
         }
         if let Some(jid) = st.order.pop_front() {
             if let Some(job) = st.jobs.remove(&jid) {
-                fire_all(st, job);
+                fire_all(stats, st, job);
             }
         }
     }
@@ -278,7 +284,7 @@ fn timer_loop(shared: &Shared) {
             st.held = 0;
             drop(st);
             for (cb, snap) in held {
-                cb(snap);
+                call(&shared.stats, cb, snap);
             }
             return;
         }
@@ -299,7 +305,7 @@ fn timer_loop(shared: &Shared) {
                 let snap = job.snap.clone();
                 st.held -= 1;
                 drop(st);
-                cb(snap);
+                call(&shared.stats, cb, snap);
                 st = shared.lock();
             }
             Some(at) => {
@@ -345,7 +351,7 @@ mod tests {
 
     #[test]
     fn a_blocking_wait_ends_when_the_last_expected_minion_returns() {
-        let watch = Arc::new(JobWatch::new());
+        let watch = Arc::new(JobWatch::new(Arc::default()));
         watch.register("j1", &ids(&["a", "b"]), None);
         let w = watch.clone();
         let t = std::thread::spawn(move || w.wait("j1", Instant::now() + Duration::from_secs(30)));
@@ -362,7 +368,7 @@ mod tests {
 
     #[test]
     fn a_blocking_wait_gives_partial_returns_at_the_deadline() {
-        let watch = JobWatch::new();
+        let watch = JobWatch::new(Arc::default());
         watch.register("j1", &ids(&["a", "b"]), None);
         watch.on_return("j1", "a", &Value::from(1));
         let snap = watch
@@ -375,7 +381,7 @@ mod tests {
 
     #[test]
     fn a_held_callback_runs_once_on_completion() {
-        let watch = JobWatch::new();
+        let watch = JobWatch::new(Arc::default());
         watch.register("j1", &ids(&["a"]), Some("pub"));
         let (tx, rx) = mpsc::channel();
         watch.notify("j1", Instant::now() + Duration::from_secs(30), move |s| {
@@ -394,7 +400,7 @@ mod tests {
 
     #[test]
     fn polls_of_a_watched_job_are_counted() {
-        let watch = JobWatch::new();
+        let watch = JobWatch::new(Arc::default());
         assert_eq!(watch.poll("j1"), None);
         watch.register("j1", &ids(&["a"]), None);
         assert_eq!(watch.poll("j1"), Some(0));
@@ -403,7 +409,7 @@ mod tests {
 
     #[test]
     fn a_held_callback_runs_at_its_deadline_with_what_is_there() {
-        let watch = JobWatch::new();
+        let watch = JobWatch::new(Arc::default());
         watch.register("j1", &ids(&["a", "b"]), None);
         watch.on_return("j1", "b", &Value::from(true));
         let (tx, rx) = mpsc::channel();
@@ -418,7 +424,7 @@ mod tests {
 
     #[test]
     fn an_unwatched_or_complete_job_answers_a_callback_at_once() {
-        let watch = JobWatch::new();
+        let watch = JobWatch::new(Arc::default());
         let (tx, rx) = mpsc::channel();
         let t = tx.clone();
         watch.notify("nope", Instant::now() + Duration::from_secs(30), move |s| {
@@ -434,7 +440,7 @@ mod tests {
 
     #[test]
     fn the_oldest_job_is_dropped_past_the_bound_and_its_waiters_answered() {
-        let watch = JobWatch::new();
+        let watch = JobWatch::new(Arc::default());
         watch.register("first", &ids(&["a"]), None);
         let (tx, rx) = mpsc::channel();
         watch.notify(
@@ -451,7 +457,7 @@ mod tests {
 
     #[test]
     fn stopping_the_watch_ends_blocking_waits_at_once() {
-        let watch = Arc::new(JobWatch::new());
+        let watch = Arc::new(JobWatch::new(Arc::default()));
         watch.register("j1", &ids(&["a"]), None);
         let w = watch.clone();
         let t = std::thread::spawn(move || w.wait("j1", Instant::now() + Duration::from_secs(60)));
@@ -463,8 +469,33 @@ mod tests {
     }
 
     #[test]
+    fn a_panicking_callback_is_counted_and_the_other_waiters_still_answered() {
+        let stats = Arc::new(Stats::default());
+        let watch = JobWatch::new(stats.clone());
+        watch.register("j1", &ids(&["a"]), None);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        watch.notify("j1", deadline, |_| panic!("a held reply panics"));
+        let (tx, rx) = mpsc::channel();
+        watch.notify("j1", deadline, move |s| tx.send(s).unwrap());
+        watch.on_return("j1", "a", &Value::from(true));
+        assert!(rx.try_recv().unwrap().unwrap().complete());
+        assert_eq!(stats.background_panics(), 1);
+        // The timer thread survives a panic at a deadline too.
+        let (tx, rx) = mpsc::channel();
+        watch.register("j3", &ids(&["a"]), None);
+        watch.notify("j3", Instant::now() + Duration::from_millis(20), |_| {
+            panic!("at the deadline")
+        });
+        watch.notify("j3", Instant::now() + Duration::from_millis(40), move |s| {
+            tx.send(s).unwrap()
+        });
+        assert!(rx.recv_timeout(Duration::from_secs(10)).unwrap().is_some());
+        assert_eq!(stats.background_panics(), 2);
+    }
+
+    #[test]
     fn dropping_the_watch_answers_held_callbacks() {
-        let watch = JobWatch::new();
+        let watch = JobWatch::new(Arc::default());
         watch.register("j1", &ids(&["a"]), None);
         let (tx, rx) = mpsc::channel();
         watch.notify("j1", Instant::now() + Duration::from_secs(60), move |s| {

@@ -236,7 +236,11 @@ impl Auth {
                     reply = Some(r);
                     break;
                 }
-                Err(Error::Timeout(_)) if !self.stop.is_stopped() => continue,
+                Err(Error::Timeout { .. } | Error::Disconnected { .. })
+                    if !self.stop.is_stopped() =>
+                {
+                    continue
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -249,7 +253,12 @@ impl Auth {
                     "Attempt to authenticate with the salt master failed with timeout error".into(),
                 ));
             }
-            tracing::warn!("SaltReqTimeoutError: Message timed out");
+            tracing::warn!(
+                "SaltReqTimeoutError: Message timed out: no reply to the sign-in from the master at {} ({} tries of {} s)",
+                self.master_uri,
+                s.auth_tries.max(1),
+                secs(s.auth_timeout)
+            );
             return Ok(Attempt::Retry);
         };
         let reply = match value::decode(&reply) {
@@ -322,7 +331,8 @@ impl Auth {
             }
             Ok(AuthOutcome::Rejected) => {
                 tracing::error!(
-                    "CRITICAL The Salt Master has rejected this minion's public key!\nTo repair this issue, delete the public key for this minion on the Salt Master and restart this minion.\nOr restart the Salt Master in open mode to clean out the keys. The Salt Minion will now exit."
+                    critical = true,
+                    "The Salt Master has rejected this minion's public key!\nTo repair this issue, delete the public key for this minion on the Salt Master and restart this minion.\nOr restart the Salt Master in open mode to clean out the keys. The Salt Minion will now exit."
                 );
                 Err(Error::Rejected)
             }
@@ -384,15 +394,15 @@ impl Auth {
                 self.critical_master_key()
             }
             AuthError::MasterFinger { .. } => {
-                tracing::error!("CRITICAL {e}");
+                tracing::error!(critical = true, "{e}");
                 Error::MasterFinger
             }
             AuthError::BadSignature => {
-                tracing::error!("CRITICAL The payload signature did not validate.");
+                tracing::error!(critical = true, "The payload signature did not validate.");
                 Error::Auth("Invalid signature".into())
             }
             AuthError::BadNonce => {
-                tracing::error!("CRITICAL The payload nonce did not validate.");
+                tracing::error!(critical = true, "The payload nonce did not validate.");
                 Error::Auth("Invalid nonce".into())
             }
             AuthError::NotSigned(what) => {
@@ -410,7 +420,8 @@ impl Auth {
     /// its sign-in raises.
     fn critical_master_key(&self) -> Error {
         tracing::error!(
-            "CRITICAL The Salt Master server's public key did not authenticate!\nThe master may need to be updated if it is a version of Salt lower than {}, or\nIf you are confident that you are connecting to a valid Salt Master, then remove the master public key and restart the Salt Minion.\nThe master public key can be found at:\n{}",
+            critical = true,
+            "The Salt Master server's public key did not authenticate!\nThe master may need to be updated if it is a version of Salt lower than {}, or\nIf you are confident that you are connecting to a valid Salt Master, then remove the master public key and restart the Salt Minion.\nThe master public key can be found at:\n{}",
             crate::SALT_VERSION,
             self.keys.master_pub_path().display()
         );

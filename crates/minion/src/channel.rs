@@ -324,7 +324,7 @@ impl halite_exec::MasterChannel for Channel {
 /// `SaltReqTimeoutError("Message timed out")`, anything else a `SaltClientError`.
 fn exec_error(e: Error) -> halite_exec::ExecError {
     match e {
-        Error::Timeout(_) => halite_exec::ExecError::Exception {
+        Error::Timeout { .. } => halite_exec::ExecError::Exception {
             kind: halite_exec::SALT_REQ_TIMEOUT_ERROR,
             message: "Message timed out".to_owned(),
         },

@@ -26,6 +26,31 @@
 //! replays and duplicate jids, decide targeting, and hand matching jobs to
 //! [`Runner::spawn`]. Nothing a job does can block a control thread.
 //!
+//! Stale publishes (a Halite rule; Salt runs whatever reaches it, however late). After a
+//! graceful master restart a minion sat ~60 s on a request the dying master
+//! took, while its publish socket, already connected to the new master, queued jobs; it
+//! then ran 29 of them within 2 ms, up to 44 s late, some of which the CLI had already
+//! reported as not returned. A publish for this minion is dropped, with an INFO line
+//! naming its jid and the reason, when:
+//! - it may have waited on the minion longer than `publish_max_age` (a Halite option,
+//!   default 5 s, Salt's CLI `timeout`; 0 turns the rule off), or longer than the `to`
+//!   timeout the publish carries (syndics) if that is longer. The wait is measured on the
+//!   minion's own monotonic clock, from the last moment the publish queue was seen empty
+//!   (the subscription's creation, or the end of the previous read; after a read that
+//!   overran its timeout — the process was stopped or starved, and libzmq may not have
+//!   read the kernel's buffers yet — from that read's start): publishes that queued while
+//!   the minion connected, signed in again or was stopped (SIGSTOP) count as old as that
+//!   wait, since the minion cannot tell when in it they came;
+//! - it is encrypted with the AES key the minion's last sign-in replaced: it is from
+//!   before that sign-in (Salt signs in again for it and then drops it as undecryptable;
+//!   Halite drops it at once, without the needless sign-in).
+//!
+//! Jids are not used to judge age: they are the master's local time, in a time zone the
+//! minion does not know, on a clock that may differ from the minion's or step, so a jid
+//! rule would need an allowance of more than a day to be safe. Delays before the minion
+//! (TCP buffers on a cut link) are bounded instead by the ZMTP heartbeat, which drops a
+//! silent connection.
+//!
 //! Log lines are Salt's ("Connection to master %s lost", "Trying to tune in to next master
 //! from master-list", "Moving possibly failed master %s to the end of the list of
 //! masters", "Master %s could not be reached, trying next master (if any)", "Re-initialising
@@ -40,6 +65,7 @@ use crate::jobs::{jid_text, Jobs, Runner};
 use crate::keys::MinionKeys;
 use crate::settings::Settings;
 use crate::shutdown::Shutdown;
+use crate::spool::Spool;
 use crate::topology::{settings_for, FailoverOrder, MasterEntry, Plan};
 use crate::transport::{
     ping_master, resolve, unresolvable_message, MasterAddr, PubEvent, ReqSocket, Resolved,
@@ -49,6 +75,7 @@ use crate::Error;
 use halite_bus::BusHandle;
 use halite_config::MinionConfig;
 use halite_exec::Registry;
+use halite_proto::crypticle::Crypticle;
 use halite_proto::minion::{PublishError, PublishFrame, PublishKey};
 use halite_proto::value::{self, bin, map, s};
 use halite_proto::Value;
@@ -57,10 +84,14 @@ use std::collections::VecDeque;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How long a control thread waits on the publish socket before checking for shutdown.
 const POLL_INTERVAL: Duration = Duration::from_millis(250);
+
+/// How far a poll of the publish socket may overrun [`POLL_INTERVAL`] before the control
+/// thread counts itself as having been stopped meanwhile (the stale-publish rule).
+const STALL: Duration = Duration::from_secs(1);
 
 /// Fires `tag` with `{"master": master}` on the minion bus, as Salt's `master_event`s.
 fn fire(bus: &BusHandle, tag: &str, master: &str) {
@@ -112,6 +143,10 @@ pub struct Daemon {
     pub forwarders: Vec<Arc<Forwarder>>,
     /// The stop signal.
     pub stop: Arc<Shutdown>,
+    /// The live jobs (`saltutil.running`), drained at shutdown.
+    pub jobs: Arc<Jobs>,
+    /// Returns kept from the last shutdown, sent as their masters come up.
+    pub spool: Arc<Spool>,
 }
 
 /// What every connection shares.
@@ -144,7 +179,69 @@ struct Link {
     auth: Arc<Auth>,
     runner: Arc<Runner>,
     sub: Subscription,
+    /// When the subscription was made: nothing read from it was received before.
+    subscribed_at: Instant,
     session: Arc<Session>,
+}
+
+/// What serving one link keeps from frame to frame.
+struct Serving<'a> {
+    link: &'a Link,
+    regexes: &'a RegexCache,
+    /// The session whose publish key is in use.
+    session: Arc<Session>,
+    keys: PubKeys,
+    /// The frames being handled were received after this moment: the last time the
+    /// publish queue was seen empty.
+    received_after: Instant,
+}
+
+/// The publish keys of a link: the current one, and the one the last sign-in replaced.
+struct PubKeys {
+    current: PublishKey,
+    previous: Option<PublishKey>,
+}
+
+impl PubKeys {
+    fn new(aes: Crypticle) -> PubKeys {
+        PubKeys {
+            current: PublishKey::new(aes),
+            previous: None,
+        }
+    }
+
+    /// A sign-in brought `aes`; the current key becomes the previous one if it changed.
+    fn replace(&mut self, aes: &Crypticle) {
+        if aes.key_string() != self.current.key_string() {
+            let old = std::mem::replace(&mut self.current, PublishKey::new(aes.clone()));
+            self.previous = Some(old);
+        }
+    }
+}
+
+/// Why a publish is stale and dropped.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Stale {
+    /// It may have waited on the minion for `waited`, more than `max`.
+    Waited { waited: Duration, max: Duration },
+    /// It is encrypted with the AES key the minion's last sign-in replaced.
+    OldKey,
+}
+
+impl std::fmt::Display for Stale {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Stale::Waited { waited, max } => write!(
+                f,
+                "it may have waited {:.1} s on this minion (while it was connecting, signing in again or not running), more than the {} s a publish may wait (publish_max_age, or the publish's `to` if longer)",
+                waited.as_secs_f64(),
+                crate::auth::secs(*max)
+            ),
+            Stale::OldKey => f.write_str(
+                "it was published under the AES key of before the minion's last sign-in",
+            ),
+        }
+    }
 }
 
 impl Daemon {
@@ -153,7 +250,7 @@ impl Daemon {
         let shared = Arc::new(Shared {
             ctx: zmq::Context::new(),
             jids: Mutex::new(VecDeque::new()),
-            jobs: Arc::new(Jobs::new()),
+            jobs: self.jobs.clone(),
         });
         let me = Arc::new(self);
         let exit = match me.plan.clone() {
@@ -514,6 +611,7 @@ impl Daemon {
             Some(p) if p != 4506 => p,
             _ => session.publish_port,
         };
+        let subscribed_at = Instant::now();
         let sub = Subscription::connect(&shared.ctx, &master.uri(port), settings)?;
         fire(&self.bus, "__master_connected", &entry.host);
 
@@ -546,6 +644,8 @@ impl Daemon {
             pillar: Arc::new(RwLock::new(Arc::new(pillar))),
             jobs: shared.jobs.clone(),
             channel: channel.clone(),
+            master: entry.text.clone(),
+            spool: self.spool.clone(),
             proc_dir: self.cfg.cachedir.join("proc"),
         });
         if reconnect {
@@ -559,6 +659,7 @@ impl Daemon {
             ReqSocket::new(&shared.ctx, uri, settings),
         )));
         tracing::info!("Minion is ready to receive requests!");
+        self.send_kept_returns(&runner);
         Ok(Link {
             index,
             entry: entry.clone(),
@@ -566,8 +667,32 @@ impl Daemon {
             auth,
             runner,
             sub,
+            subscribed_at,
             session,
         })
+    }
+
+    /// Sends the returns kept from the last shutdown for the master of `runner`, on a
+    /// thread of its own (the link serves publishes meanwhile).
+    fn send_kept_returns(&self, runner: &Arc<Runner>) {
+        if runner.spool.kept(&runner.master).is_empty() {
+            return;
+        }
+        let runner = runner.clone();
+        let started = std::thread::Builder::new()
+            .name("kept-returns".into())
+            .spawn(move || {
+                let s = &runner.settings;
+                runner.spool.send_kept(&runner.master, &|load| {
+                    runner
+                        .channel
+                        .send(load, s.return_timeout(), s.return_retry_tries)
+                        .map(|_| ())
+                });
+            });
+        if let Err(e) = started {
+            tracing::error!("Cannot start the thread sending kept returns: {e}");
+        }
     }
 
     /// `_fire_master_minion_start` and `_register_resources_with_master`; failures are
@@ -620,8 +745,13 @@ impl Daemon {
         regexes: &RegexCache,
         back: Option<&AtomicBool>,
     ) -> End {
-        let mut session = link.session.clone();
-        let mut key = PublishKey::new(session.aes.clone());
+        let mut st = Serving {
+            link,
+            regexes,
+            session: link.session.clone(),
+            keys: PubKeys::new(link.session.aes.clone()),
+            received_after: link.subscribed_at,
+        };
         let end = loop {
             if self.stop.is_stopped() {
                 break End::Stopped;
@@ -629,20 +759,34 @@ impl Daemon {
             if back.is_some_and(|b| b.load(Ordering::SeqCst)) {
                 break End::Failback;
             }
+            let poll_started = Instant::now();
             let events = match link.sub.poll(POLL_INTERVAL) {
                 Ok(events) => events,
+                // A signal (the SIGTERM that stops the minion) interrupted the wait.
+                Err(Error::Zmq {
+                    source: zmq::Error::EINTR,
+                    ..
+                }) => Vec::new(),
                 Err(e) => {
                     tracing::error!("The publish socket failed: {e}");
                     break End::Lost;
                 }
             };
+            // The poll read the queue empty: what the next one reads arrives after now —
+            // unless the poll overran its timeout: then the process did not run (SIGSTOP,
+            // starved), data may still sit in the kernel's buffers unread by libzmq, and
+            // what the next poll reads may have come any time since this one started.
+            let drained_at = Instant::now();
+            let next_after = if drained_at.duration_since(poll_started) > POLL_INTERVAL + STALL {
+                poll_started
+            } else {
+                drained_at
+            };
             let mut ended = None;
             for event in events {
                 let end = match event {
                     PubEvent::Disconnected => Some(End::Lost),
-                    PubEvent::Frame(frame) => {
-                        self.on_frame(shared, link, &frame, &mut session, &mut key, regexes)
-                    }
+                    PubEvent::Frame(frame) => self.on_frame(shared, &mut st, &frame),
                 };
                 if end.is_some() {
                     ended = end;
@@ -652,33 +796,25 @@ impl Daemon {
             if let Some(end) = ended {
                 break end;
             }
+            st.received_after = next_after;
         };
         forwarder.detach();
         end
     }
 
-    /// Brings `session` and `key` up to date after another thread signed in again.
-    fn refresh(link: &Link, session: &mut Arc<Session>, key: &mut PublishKey) {
-        if let Some(current) = link.auth.current() {
-            if current.generation != session.generation {
-                if current.aes.key_string() != key.key_string() {
-                    *key = PublishKey::new(current.aes.clone());
-                }
-                *session = current;
+    /// Brings the session and keys of `st` up to date after another thread signed in
+    /// again.
+    fn refresh(st: &mut Serving<'_>) {
+        if let Some(current) = st.link.auth.current() {
+            if current.generation != st.session.generation {
+                st.keys.replace(&current.aes);
+                st.session = current;
             }
         }
     }
 
     /// `AsyncPubChannel._decode_payload` + `Minion._handle_payload` for one frame.
-    fn on_frame(
-        &self,
-        shared: &Shared,
-        link: &Link,
-        raw: &[u8],
-        session: &mut Arc<Session>,
-        key: &mut PublishKey,
-        regexes: &RegexCache,
-    ) -> Option<End> {
+    fn on_frame(&self, shared: &Shared, st: &mut Serving<'_>, raw: &[u8]) -> Option<End> {
         let frame = match PublishFrame::parse(raw) {
             Ok(f) => f,
             Err(e @ PublishError::NotAes(_)) => {
@@ -693,17 +829,30 @@ impl Daemon {
                 return None;
             }
         };
-        Self::refresh(link, session, key);
+        Self::refresh(st);
+        let link = st.link;
         if self.settings.sign_pub_messages {
-            if let Err(e) = frame.verify(&session.master) {
+            if let Err(e) = frame.verify(&st.session.master) {
                 tracing::error!("Dropping a publish from master {}: {e}", link.master.ip);
                 return None;
             }
         }
-        let load = match key.open(&frame) {
+        let load = match st.keys.current.open(&frame) {
             Ok(load) => load,
             Err(PublishError::Decrypt) => {
-                match link.auth.reauthenticate(session.generation) {
+                match st.keys.previous.as_mut().map(|k| k.open(&frame)) {
+                    // Published under the key the last sign-in replaced: from before it.
+                    Some(Ok(load)) => {
+                        self.on_load(shared, st, load, Some(Stale::OldKey));
+                        return None;
+                    }
+                    Some(Err(e @ PublishError::Replay { .. })) => {
+                        log_dropped(&e, &link.master);
+                        return None;
+                    }
+                    _ => {}
+                }
+                match link.auth.reauthenticate(st.session.generation) {
                     Ok(_) => {}
                     Err(Error::Stopped) => return Some(End::Stopped),
                     Err(Error::Rejected) => return Some(End::Rejected),
@@ -715,8 +864,8 @@ impl Daemon {
                         return None;
                     }
                 }
-                Self::refresh(link, session, key);
-                match key.open(&frame) {
+                Self::refresh(st);
+                match st.keys.current.open(&frame) {
                     Ok(load) => load,
                     Err(PublishError::Decrypt) => {
                         tracing::error!(
@@ -736,12 +885,37 @@ impl Daemon {
                 return None;
             }
         };
-        self.on_load(shared, link, load, regexes);
+        let stale = self.too_old(&load, st.received_after);
+        self.on_load(shared, st, load, stale);
         None
     }
 
-    /// `_target_load` + `_handle_decoded_payload`.
-    fn on_load(&self, shared: &Shared, link: &Link, mut load: Value, regexes: &RegexCache) {
+    /// The age rule: `Some` when the publish may have waited on this minion longer than
+    /// `publish_max_age` (or the `to` timeout it carries, if longer). It was received
+    /// after `received_after`, the last moment the publish queue was seen empty.
+    fn too_old(&self, load: &Value, received_after: Instant) -> Option<Stale> {
+        let to = match value::get(load, "to") {
+            Some(Value::Integer(i)) => i.as_f64(),
+            Some(Value::F64(f)) => Some(*f),
+            _ => None,
+        }
+        .filter(|s| s.is_finite() && *s > 0.0 && *s < 1e9)
+        .map_or(Duration::ZERO, Duration::from_secs_f64);
+        let max = self.settings.publish_max_age;
+        if max.is_zero() {
+            return None;
+        }
+        let waited = received_after.elapsed();
+        (waited > max.max(to)).then_some(Stale::Waited {
+            waited,
+            max: max.max(to),
+        })
+    }
+
+    /// `_target_load` + `_handle_decoded_payload`; a publish for this minion that is
+    /// `stale` is logged and dropped instead.
+    fn on_load(&self, shared: &Shared, st: &Serving<'_>, mut load: Value, stale: Option<Stale>) {
+        let link = st.link;
         let field = |k: &str| value::get(&load, k);
         let (Some(tgt), Some(jid), Some(fun), Some(arg)) =
             (field("tgt"), field("jid"), field("fun"), field("arg"))
@@ -771,7 +945,7 @@ impl Daemon {
             tgt,
             tgt_type,
             value::get_str(&load, "delimiter"),
-            regexes,
+            st.regexes,
         ) {
             tracing::trace!("Publish {} is not for this minion", jid);
             return;
@@ -785,6 +959,13 @@ impl Daemon {
             return;
         }
         let fun_text = value::str_of(fun).map_or_else(|| fun.to_string(), str::to_owned);
+        if let Some(stale) = stale {
+            tracing::info!(
+                "Dropping stale job {jid_str} ({fun_text}) from master {}: {stale}",
+                link.entry.host
+            );
+            return;
+        }
         match value::get_str(&load, "user") {
             Some(user) => {
                 tracing::info!("User {user} Executing command {fun_text} with jid {jid_str}")
@@ -831,7 +1012,8 @@ fn malformed(fun: &Value, arg: &Value) -> Option<String> {
 fn log_dropped(e: &PublishError, master: &MasterAddr) {
     match e {
         PublishError::Replay { serial, last } => tracing::error!(
-            "CRITICAL A message with an invalid serial was received.\nthis serial: {serial}\nlast serial: {last}\nThe minion will not honor this request."
+            critical = true,
+            "A message with an invalid serial was received.\nthis serial: {serial}\nlast serial: {last}\nThe minion will not honor this request."
         ),
         other => tracing::error!("Discarding load from master {} because it could not be decrypted: {other}", master.ip),
     }

@@ -12,7 +12,10 @@
 //!   queue), or one at a time over the list (failover, with `master_failback`), or none
 //!   (`disable`); `func` takes the address from a function;
 //! - each targeted job runs on its own thread ([`jobs`]) and sends its `_return` over the
-//!   encrypted request channel ([`channel`]) of the master that published it;
+//!   encrypted request channel ([`channel`]) of the master that published it; a job that
+//!   panics returns Salt's exception text and the minion goes on; a publish that is stale
+//!   (it waited on the minion longer than `publish_max_age`, or it is from before the
+//!   minion's last sign-in) is logged and dropped ([`daemon`]);
 //! - the minion bus (`minion_event_<hash>_pub/pull.ipc`) is served on a small tokio
 //!   runtime, so local programs can listen and fire as with Salt;
 //! - events fired there with a `fire_master` tag are queued and sent to the master as
@@ -21,6 +24,16 @@
 //!   them), batched under load and held while the master is away, then sent to the next
 //!   one (at most `fire_master_queue_size` events, a Halite option, default 10,000; the
 //!   oldest go).
+//!
+//! Stopping (SIGTERM, SIGINT): no publish is read any more; running jobs get
+//! `shutdown_job_timeout` (a Halite option, default 5 s, Salt's wait) to finish and send
+//! their returns, then get SIGTERM; a return that cannot be sent meanwhile is kept under
+//! `cachedir/halite_returns` and sent at the next start ([`spool`]). Salt's minion runs
+//! publishes for 5 s more, always waits the 5 s, and loses returns its master did not take.
+//!
+//! A request whose connection closes before the reply (a master stopping) fails at once
+//! and is sent again ([`transport::ReqSocket`]), instead of waiting out its timeout as
+//! Salt's does; a timeout names the master's address after Salt's wording.
 //!
 //! `halite-call` reuses [`auth`], [`channel`], [`keys`] and [`settings`] to return a local
 //! call to the master.
@@ -50,7 +63,8 @@
 //!   master with another key is refused with Salt's critical message, and nothing it
 //!   publishes runs. A key that fails a check is never written.
 //! - A publish runs at most once: serials must increase per AES key, jids are remembered
-//!   (`minion_jid_queue_hwm`) across all masters.
+//!   (`minion_jid_queue_hwm`) across all masters; a stale one never runs.
+//! - A job's table entry is removed whatever happens to the job, a panic included.
 
 pub mod auth;
 pub mod channel;
@@ -60,6 +74,7 @@ pub mod jobs;
 pub mod keys;
 pub mod settings;
 pub mod shutdown;
+pub mod spool;
 pub mod topology;
 pub mod transport;
 
@@ -107,9 +122,22 @@ pub enum Error {
         /// The libzmq error.
         source: zmq::Error,
     },
-    /// The master did not answer in time.
-    #[error("SaltReqTimeoutError: Message timed out after {0:?}")]
-    Timeout(std::time::Duration),
+    /// The master did not answer in time. Salt's wording starts the message; the rest
+    /// names the address (Salt's does not).
+    #[error("SaltReqTimeoutError: Message timed out: no reply from {uri} within {} s", crate::auth::secs(*.after))]
+    Timeout {
+        /// Where the request went (`tcp://host:port`).
+        uri: String,
+        /// How long the reply was waited for.
+        after: std::time::Duration,
+    },
+    /// The connection carrying a request closed before the reply came (the master
+    /// stopped or restarted): the request is lost and may be sent again at once.
+    #[error("the connection to {uri} closed before the reply came")]
+    Disconnected {
+        /// Where the request went (`tcp://host:port`).
+        uri: String,
+    },
     /// Signing in failed (changed master key, bad signature, bad nonce, unsupported
     /// algorithm, refused reply...); the message is Salt's.
     #[error("{0}")]
@@ -225,8 +253,14 @@ fn func_context(cfg: Arc<MinionConfig>, grains: Arc<Value>) -> halite_exec::Cont
 }
 
 /// Runs the minion until `shutdown` is cancelled, the master rejects the key or its key
-/// does not match `master_finger`.
-pub async fn run(cfg: MinionConfig, shutdown: CancellationToken) -> Result<Outcome, Error> {
+/// does not match `master_finger`. `ready` is called once its control loop runs (keys
+/// loaded, local bus bound; signing in may still be under way, so that a key waiting for
+/// acceptance does not hold up the service manager).
+pub async fn run(
+    cfg: MinionConfig,
+    shutdown: CancellationToken,
+    ready: impl FnOnce(),
+) -> Result<Outcome, Error> {
     let settings = Arc::new(settings::Settings::from_config(&cfg)?);
     prepare_dirs(&cfg)?;
     cache_generated_id(&cfg);
@@ -287,6 +321,7 @@ pub async fn run(cfg: MinionConfig, shutdown: CancellationToken) -> Result<Outco
     let bus_task = tokio::spawn(bus_server.run(bus_stop.clone()));
 
     let stop = Arc::new(shutdown::Shutdown::new());
+    let jobs = Arc::new(jobs::Jobs::new());
     for forwarder in &forwarders {
         let (forwarder, stop) = (forwarder.clone(), stop.clone());
         std::thread::Builder::new()
@@ -308,7 +343,10 @@ pub async fn run(cfg: MinionConfig, shutdown: CancellationToken) -> Result<Outco
         bus,
         forwarders: forwarders.clone(),
         stop: stop.clone(),
+        jobs: jobs.clone(),
+        spool: Arc::new(spool::Spool::new(&cfg.cachedir)),
     };
+    let shutdown_job_timeout = daemon.settings.shutdown_job_timeout;
     let (done_tx, done_rx) = tokio::sync::oneshot::channel();
     std::thread::Builder::new()
         .name("minion".into())
@@ -320,15 +358,19 @@ pub async fn run(cfg: MinionConfig, shutdown: CancellationToken) -> Result<Outco
             path: cfg.cachedir.clone(),
             source,
         })?;
+    ready();
 
     let exit = tokio::select! {
-        _ = shutdown.cancelled() => {
-            stop.stop();
-            Exit::Stopped
-        }
+        _ = shutdown.cancelled() => Exit::Stopped,
         exit = done_rx => exit.unwrap_or(Exit::Stopped),
     };
     tracing::info!("The Salt Minion is shutting down");
+    // No publish is read any more; running jobs finish and return (the bus stays up
+    // for them), or are signalled once the wait is over.
+    stop.stop();
+    let _ =
+        tokio::task::spawn_blocking(move || jobs.drain(shutdown_job_timeout, jobs::SHUTDOWN_GRACE))
+            .await;
     bus_stop.cancel();
     let _ = bus_task.await;
     let _ = tokio::task::spawn_blocking(move || collector.join()).await;

@@ -1,10 +1,13 @@
 //! `halite-minion`: parses flags like `salt-minion`, loads the config, sets up logging,
-//! runs the minion, and exits as Salt does (77 when the master rejects the key).
+//! writes the pidfile, runs the minion, tells systemd (`Type=notify`) when its loop runs
+//! and when it stops, and exits as Salt does (77 when the master rejects the key).
 
 use clap::Parser;
-use halite_daemon::DaemonArgs;
+use halite_daemon::{DaemonArgs, Notifier, PidFile};
 use std::process::ExitCode;
 
+/// Exit status for a usage error (optparse's, as `salt-minion`).
+const EX_USAGE: u8 = 2;
 /// Exit status for an unusable configuration (`EX_CONFIG`).
 const EX_CONFIG: u8 = 78;
 
@@ -21,7 +24,13 @@ struct Args {
 }
 
 fn main() -> ExitCode {
-    let args = Args::parse().daemon;
+    // Before any thread starts: it takes $NOTIFY_SOCKET out of the environment, so jobs
+    // do not inherit it.
+    let notifier = Notifier::from_env();
+    let args = match halite_daemon::parse_cli::<Args, _, _>(std::env::args_os(), EX_USAGE) {
+        Ok(a) => a.daemon,
+        Err(status) => return status,
+    };
     let cfg = match halite_config::MinionConfig::load(&args.config_dir) {
         Ok(c) => c,
         Err(e) => {
@@ -35,11 +44,24 @@ fn main() -> ExitCode {
         std::path::Path::new(&cfg.log_file),
     );
     for unknown in cfg.unknown_options() {
-        tracing::debug!("Unknown configuration option {unknown:?} ignored");
+        tracing::warn!("{unknown}");
     }
     for warning in cfg.warnings() {
         tracing::warn!("{warning}");
     }
+    // Salt's minion refuses to run twice on one pidfile ("An instance is already running.
+    // Exiting", status 1). The file is removed when `main` returns.
+    let _pidfile = match PidFile::create(args.pidfile(&cfg.pidfile)) {
+        Ok(p) => Some(p),
+        Err(e @ halite_daemon::Error::Running { .. }) => {
+            tracing::error!("{e}");
+            return ExitCode::FAILURE;
+        }
+        Err(e) => {
+            tracing::warn!("{e}");
+            None
+        }
+    };
 
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -53,7 +75,12 @@ fn main() -> ExitCode {
     };
     runtime.block_on(async move {
         let shutdown = halite_daemon::shutdown_on_signals();
-        match halite_minion::run(cfg, shutdown).await {
+        let (stopping, stop) = (notifier.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            stop.cancelled().await;
+            stopping.stopping();
+        });
+        match halite_minion::run(cfg, shutdown, || notifier.ready()).await {
             Ok(halite_minion::Outcome::Stopped) => ExitCode::SUCCESS,
             Ok(halite_minion::Outcome::Rejected) => ExitCode::from(halite_minion::EX_NOPERM),
             Ok(halite_minion::Outcome::MasterFinger) => {

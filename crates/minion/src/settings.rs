@@ -18,6 +18,14 @@ pub const DEFAULT_FIRE_MASTER_QUEUE_SIZE: usize = 10_000;
 /// Largest accepted `fire_master_queue_size`.
 pub const MAX_FIRE_MASTER_QUEUE_SIZE: usize = 10_000_000;
 
+/// Default of the Halite option `publish_max_age`, in seconds: Salt's default CLI
+/// `timeout`, after which the CLI asks whether the minion runs the job.
+pub const DEFAULT_PUBLISH_MAX_AGE: f64 = 5.0;
+
+/// Default of the Halite option `shutdown_job_timeout`, in seconds: the 5 s Salt's
+/// stopping minion waits before it signals its running jobs (`MinionManager.stop_async`).
+pub const DEFAULT_SHUTDOWN_JOB_TIMEOUT: f64 = 5.0;
+
 /// Settings derived from the minion configuration.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -127,6 +135,14 @@ pub struct Settings {
     pub master_tries: Option<u32>,
     /// `retry_dns_count`: retries of an unresolvable master name (`None`: no limit).
     pub retry_dns_count: Option<u32>,
+    /// `publish_max_age` (Halite extension, default [`DEFAULT_PUBLISH_MAX_AGE`]): a
+    /// publish that may have waited longer than this on the minion before it could run
+    /// is stale and dropped (see [`daemon`](crate::daemon)).
+    pub publish_max_age: Duration,
+    /// `shutdown_job_timeout` (Halite extension, default
+    /// [`DEFAULT_SHUTDOWN_JOB_TIMEOUT`]): how long a stopping minion waits for its
+    /// running jobs to finish and return (see [`jobs`](crate::jobs)).
+    pub shutdown_job_timeout: Duration,
 }
 
 /// Reads typed options out of the raw configuration, naming the option on error.
@@ -328,6 +344,9 @@ impl Settings {
             // Salt compares the round count with master_tries: 0 and below never match.
             master_tries: u32::try_from(master_tries).ok().filter(|n| *n > 0),
             retry_dns_count,
+            publish_max_age: o.seconds("publish_max_age", DEFAULT_PUBLISH_MAX_AGE)?,
+            shutdown_job_timeout: o
+                .seconds("shutdown_job_timeout", DEFAULT_SHUTDOWN_JOB_TIMEOUT)?,
         })
     }
 
@@ -378,6 +397,10 @@ mod tests {
         assert_eq!(s.return_timeout(), Duration::from_secs(30));
         assert_eq!(s.jid_queue_hwm, 100);
         assert_eq!(s.fire_master_queue_size, DEFAULT_FIRE_MASTER_QUEUE_SIZE);
+        assert_eq!(
+            (s.publish_max_age, s.shutdown_job_timeout),
+            (Duration::from_secs(5), Duration::from_secs(5))
+        );
         assert!(!s.sign_pub_messages && s.pub_ret && s.zmq_monitor && s.legacy_startup_events);
         assert_eq!(s.enc_algo, EncAlgo::OaepSha1);
         assert_eq!(s.resources, Value::Map(vec![]));
@@ -399,6 +422,8 @@ mod tests {
             ("resources: [a]\n", "resources"),
             ("fire_master_queue_size: 0\n", "fire_master_queue_size"),
             ("fire_master_queue_size: many\n", "fire_master_queue_size"),
+            ("publish_max_age: soon\n", "publish_max_age"),
+            ("shutdown_job_timeout: -3\n", "shutdown_job_timeout"),
             (
                 "verify_master_pubkey_sign: true\nmaster_sign_key_name: ''\n",
                 "master_sign_key_name",

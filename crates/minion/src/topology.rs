@@ -126,7 +126,7 @@ pub fn plan(settings: &Settings, masters: &[String]) -> Result<Plan, BadMaster> 
                 tracing::warn!("Use of 'master_shuffle' detected. 'master_shuffle' is deprecated in favor of 'random_master'. Please update your minion config file.");
             }
             if !settings.retry_dns.is_zero() && settings.master_type == MasterType::Failover {
-                tracing::error!("CRITICAL 'master_type' set to 'failover' but 'retry_dns' is not 0. Setting 'retry_dns' to 0 to failover to the next master on DNS errors.");
+                tracing::error!(critical = true,"'master_type' set to 'failover' but 'retry_dns' is not 0. Setting 'retry_dns' to 0 to failover to the next master on DNS errors.");
             }
             Ok(Plan::Failover(entries))
         }

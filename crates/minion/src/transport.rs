@@ -4,6 +4,12 @@
 //! `publish_port` with a socket monitor that reports disconnects. Also the name resolution
 //! of a master (`resolve_dns`) and the clear `ping` of `status.ping_master`.
 //!
+//! Deviation: the REQ socket has a monitor too, and a request whose connection closes
+//! before the reply fails at once ([`Error::Disconnected`]) and is sent again by its
+//! caller, where Salt's waits out its timeout (60 s for a pillar fetch) for a reply a
+//! stopped master will never send. A timeout names the address after Salt's
+//! `SaltReqTimeoutError: Message timed out`.
+//!
 //! Liveness: the SUB socket sends ZMTP heartbeats ([`Heartbeat`], from
 //! `master_alive_interval`), and a heartbeat left unanswered closes the connection, which
 //! the monitor reports like any disconnect. So a master is judged on the connection itself:
@@ -28,6 +34,12 @@ pub const HEARTBEAT_IVL_MS: i32 = 10_000;
 /// Silence after which the publish connection counts as lost (Salt's master default
 /// `zmq_heartbeat_timeout`).
 pub const HEARTBEAT_TIMEOUT_MS: i32 = 30_000;
+
+/// libzmq's `maxmsgsize` on the publish (SUB) socket: a master's publish is at most a
+/// request it took (its `max_request_size`, 64 MiB by default) plus the envelope; a
+/// larger frame, which no master sends, ends the connection before anything is allocated
+/// for it (libzmq reconnects).
+pub const PUBLISH_MAX_MSG_SIZE: i64 = halite_config::DEFAULT_MAX_REQUEST_SIZE as i64 + (1 << 20);
 
 /// Where the master is, after name resolution.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -247,12 +259,71 @@ fn keepalive(sock: &zmq::Socket, s: &Settings) -> Result<(), Error> {
 
 /// A REQ socket to the master's request port, created on first use and dropped after any
 /// failure (`RequestClient._reconnect`).
+///
+/// A socket monitor reports when the connection carrying a request closes: the request
+/// is then lost (libzmq does not send it again), so the wait ends at once with
+/// [`Error::Disconnected`] instead of running to its timeout. Salt's minion waits the
+/// whole timeout (60 s for a pillar fetch): after a master restart it sat silent that long
+/// on a request the old master took and never answered.
 pub struct ReqSocket {
     ctx: zmq::Context,
     uri: String,
     ipv6: bool,
     keepalive: Settings,
-    sock: Option<zmq::Socket>,
+    sock: Option<Connected>,
+}
+
+/// An open REQ socket and the monitor that reports its disconnects.
+struct Connected {
+    sock: zmq::Socket,
+    monitor: zmq::Socket,
+}
+
+/// Stops `sock`'s socket monitor. libzmq reports a closing socket's disconnect to its
+/// monitor with a blocking send; once the reading end is gone that send never returns, the
+/// context's I/O thread hangs with it and no socket of the context connects again (seen as a
+/// minion whose sign-ins time out forever after a master restart). So a monitored socket's
+/// monitor is stopped before the two are dropped.
+fn stop_monitor(sock: &mut zmq::Socket) {
+    // SAFETY: `sock` is a live socket used only by this thread; a null address is libzmq's
+    // documented way to stop monitoring (`zmq_socket_monitor(3)`), and the call reads
+    // nothing else.
+    let rc = unsafe { zmq_sys::zmq_socket_monitor(sock.as_mut_ptr(), std::ptr::null(), 0) };
+    if rc != 0 {
+        // SAFETY: zmq_errno only reads the calling thread's errno.
+        let errno = unsafe { zmq_sys::zmq_errno() };
+        tracing::debug!(
+            "Could not stop a socket monitor: {}",
+            zmq::Error::from_raw(errno)
+        );
+    }
+}
+
+impl Drop for Connected {
+    fn drop(&mut self) {
+        stop_monitor(&mut self.sock);
+    }
+}
+
+/// A fresh `inproc://` name for a socket monitor: libzmq releases a name only once the
+/// monitored socket is reaped, after a new socket may need one.
+fn monitor_endpoint() -> String {
+    static MONITORS: AtomicU64 = AtomicU64::new(0);
+    let n = MONITORS.fetch_add(1, Ordering::Relaxed);
+    format!("inproc://halite-minion-monitor-{n}")
+}
+
+/// Reads what `monitor` holds without waiting; true if a disconnect was among it.
+fn drain_disconnects(monitor: &zmq::Socket) -> bool {
+    let mut disconnected = false;
+    while let Ok(parts) = monitor.recv_multipart(zmq::DONTWAIT) {
+        let event = parts
+            .first()
+            .and_then(|f| f.get(..2))
+            .map(|b| u16::from_le_bytes([b[0], b[1]]));
+        disconnected |= event == Some(zmq::SocketEvent::DISCONNECTED as u16);
+    }
+    disconnected
 }
 
 impl ReqSocket {
@@ -278,15 +349,20 @@ impl ReqSocket {
         }
     }
 
-    fn open(&self) -> Result<zmq::Socket, Error> {
+    fn open(&self) -> Result<Connected, Error> {
         let sock = self.ctx.socket(zmq::REQ).map_err(zerr("create REQ"))?;
         sock.set_linger(0).map_err(zerr("linger"))?;
         sock.set_reconnect_ivl_max(5000)
             .map_err(zerr("reconnect"))?;
         sock.set_ipv6(self.ipv6).map_err(zerr("ipv6"))?;
         keepalive(&sock, &self.keepalive)?;
+        let ep = monitor_endpoint();
+        sock.monitor(&ep, zmq::SocketEvent::DISCONNECTED as i32)
+            .map_err(zerr("monitor"))?;
+        let monitor = self.ctx.socket(zmq::PAIR).map_err(zerr("create monitor"))?;
+        monitor.connect(&ep).map_err(zerr("connect monitor"))?;
         sock.connect(&self.uri).map_err(zerr("connect"))?;
-        Ok(sock)
+        Ok(Connected { sock, monitor })
     }
 
     /// Sends one request body and waits up to `timeout` for the reply.
@@ -318,9 +394,16 @@ impl ReqSocket {
         if self.sock.is_none() {
             self.sock = Some(self.open()?);
         }
-        let Some(sock) = self.sock.as_ref() else {
-            return Err(Error::Timeout(timeout));
+        let timed_out = || Error::Timeout {
+            uri: self.uri.clone(),
+            after: timeout,
         };
+        let Some(Connected { sock, monitor }) = self.sock.as_ref() else {
+            return Err(timed_out());
+        };
+        // A disconnect reported before this request concerns an earlier one; libzmq
+        // connects again and sends this request on the new connection.
+        drain_disconnects(monitor);
         sock.send(body, 0).map_err(zerr("send"))?;
         let deadline = Instant::now().checked_add(timeout);
         loop {
@@ -332,11 +415,21 @@ impl ReqSocket {
                 None => ABORT_CHECK,
             };
             if left.is_zero() {
-                return Err(Error::Timeout(timeout));
+                return Err(timed_out());
             }
             let ms = i64::try_from(left.min(ABORT_CHECK).as_millis()).unwrap_or(i64::MAX);
-            if sock.poll(zmq::POLLIN, ms).map_err(zerr("poll"))? > 0 {
+            let mut items = [
+                sock.as_poll_item(zmq::POLLIN),
+                monitor.as_poll_item(zmq::POLLIN),
+            ];
+            zmq::poll(&mut items, ms).map_err(zerr("poll"))?;
+            if items[0].is_readable() {
                 return sock.recv_bytes(0).map_err(zerr("recv"));
+            }
+            if items[1].is_readable() && drain_disconnects(monitor) {
+                return Err(Error::Disconnected {
+                    uri: self.uri.clone(),
+                });
             }
         }
     }
@@ -355,6 +448,14 @@ pub enum PubEvent {
 pub struct Subscription {
     sub: zmq::Socket,
     monitor: Option<zmq::Socket>,
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        if self.monitor.is_some() {
+            stop_monitor(&mut self.sub);
+        }
+    }
 }
 
 impl Subscription {
@@ -391,12 +492,10 @@ impl Subscription {
         sub.set_heartbeat_timeout(Heartbeat::millis(beat.timeout))
             .map_err(zerr("heartbeat"))?;
         sub.set_subscribe(b"").map_err(zerr("subscribe"))?;
+        sub.set_maxmsgsize(PUBLISH_MAX_MSG_SIZE)
+            .map_err(zerr("maxmsgsize"))?;
         let monitor = if settings.zmq_monitor {
-            // A name of its own per socket: libzmq releases an inproc name only once the
-            // monitored socket is reaped, after a new subscription may need one.
-            static MONITORS: AtomicU64 = AtomicU64::new(0);
-            let n = MONITORS.fetch_add(1, Ordering::Relaxed);
-            let ep = format!("inproc://halite-minion-monitor-{n}");
+            let ep = monitor_endpoint();
             sub.monitor(&ep, zmq::SocketEvent::DISCONNECTED as i32)
                 .map_err(zerr("monitor"))?;
             let mon = ctx.socket(zmq::PAIR).map_err(zerr("create monitor"))?;
@@ -430,14 +529,8 @@ impl Subscription {
             .as_ref()
             .filter(|_| items.get(1).is_some_and(|i| i.is_readable()))
         {
-            while let Ok(parts) = mon.recv_multipart(zmq::DONTWAIT) {
-                let event = parts
-                    .first()
-                    .and_then(|f| f.get(..2))
-                    .map(|b| u16::from_le_bytes([b[0], b[1]]));
-                if event == Some(zmq::SocketEvent::DISCONNECTED as u16) {
-                    out.push(PubEvent::Disconnected);
-                }
+            if drain_disconnects(mon) {
+                out.push(PubEvent::Disconnected);
             }
         }
         Ok(out)
@@ -492,10 +585,12 @@ mod tests {
         let settings = Settings::from_config(&cfg).unwrap();
         let ctx = zmq::Context::new();
         let mut req = ReqSocket::new(&ctx, format!("tcp://127.0.0.1:{port}"), &settings);
-        assert!(matches!(
-            req.request(b"x", Duration::from_millis(100)),
-            Err(Error::Timeout(_))
-        ));
+        let err = req.request(b"x", Duration::from_millis(100)).unwrap_err();
+        assert!(matches!(err, Error::Timeout { .. }), "{err:?}");
+        assert_eq!(
+            err.to_string(),
+            format!("SaltReqTimeoutError: Message timed out: no reply from tcp://127.0.0.1:{port} within 0.1 s")
+        );
         assert!(req.sock.is_none());
     }
 
@@ -520,6 +615,49 @@ mod tests {
         assert!(matches!(result, Err(Error::Interrupted)), "{result:?}");
         assert!(start.elapsed() < Duration::from_secs(5));
         assert!(req.sock.is_none());
+    }
+
+    #[test]
+    fn a_request_whose_connection_closes_fails_at_once_and_the_next_one_goes_through() {
+        let s = settings("");
+        let ctx = zmq::Context::new();
+        let router = ctx.socket(zmq::ROUTER).unwrap();
+        router.set_linger(0).unwrap();
+        router.bind("tcp://127.0.0.1:*").unwrap();
+        let uri = router.get_last_endpoint().unwrap().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let master = std::thread::spawn(move || {
+            // Takes the request and goes away without answering, as a stopping master.
+            let got = router.recv_multipart(0).unwrap();
+            tx.send(got.last().cloned().unwrap()).unwrap();
+            drop(router);
+        });
+        let mut req = ReqSocket::new(&ctx, uri.clone(), &s);
+        let start = Instant::now();
+        let err = req.request(b"lost", Duration::from_secs(60)).unwrap_err();
+        let took = start.elapsed();
+        assert!(
+            matches!(&err, Error::Disconnected { uri: u } if *u == uri),
+            "{err:?}"
+        );
+        assert!(took < Duration::from_secs(30), "waited {took:?}");
+        assert_eq!(rx.recv().unwrap(), b"lost");
+        master.join().unwrap();
+        eprintln!("MEASURED a lost request failed after {took:?}");
+
+        // A master on the same address again: the same ReqSocket reaches it.
+        let router = ctx.socket(zmq::ROUTER).unwrap();
+        router.set_linger(0).unwrap();
+        router.bind(&uri).unwrap();
+        let master = std::thread::spawn(move || {
+            let got = router.recv_multipart(0).unwrap();
+            router.send_multipart(&got, 0).unwrap();
+        });
+        assert_eq!(
+            req.request(b"again", Duration::from_secs(60)).unwrap(),
+            b"again"
+        );
+        master.join().unwrap();
     }
 
     fn settings(yaml: &str) -> Settings {

@@ -85,8 +85,7 @@ fn serve(router: &zmq::Socket, stop: &AtomicBool, seen: &mpsc::Sender<String>) {
         let (Some(peer), Some(body)) = (parts.first(), parts.last()) else {
             continue;
         };
-        let body = value::decode(body).unwrap();
-        let (reply, due) = match Request::parse(&body).unwrap() {
+        let (reply, due) = match Request::parse(body, usize::MAX).unwrap() {
             Request::Clear { load, .. } => {
                 let req = AuthRequest::parse(&load).unwrap();
                 let minion_pub = PublicKey::from_pem(req.pub_pem.as_bytes()).unwrap();
@@ -106,7 +105,7 @@ fn serve(router: &zmq::Socket, stop: &AtomicBool, seen: &mpsc::Sender<String>) {
                 (reply, Some(now))
             }
             Request::Aes { id, blob, .. } => {
-                let req = open_aes_request(&session, &id, &blob).unwrap();
+                let req = open_aes_request(&session, id, blob).unwrap();
                 let cmd = value::get_str(&req.load, "cmd").unwrap_or("").to_owned();
                 let _ = seen.send(cmd.clone());
                 let reply =

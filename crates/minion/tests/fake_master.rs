@@ -242,7 +242,7 @@ fn changed_master_key_is_refused_and_nothing_runs() {
     wait_for_log_from(
         &log,
         offset,
-        "CRITICAL The Salt Master server's public key did not authenticate!",
+        "The Salt Master server's public key did not authenticate!",
         JOIN,
     );
     assert!(impostor.auths() >= 1);

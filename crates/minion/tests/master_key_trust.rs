@@ -15,7 +15,7 @@ use std::time::Duration;
 /// The master's id: its key pair is `trust.pem/.pub` (3008 names it after the id).
 const MASTER_ID: &str = "id: trust_master\n";
 const VERIFYING: &str = "verify_master_pubkey_sign: True\n";
-const CRITICAL: &str = "CRITICAL The Salt Master server's public key did not authenticate!";
+const CRITICAL: &str = "The Salt Master server's public key did not authenticate!";
 
 fn log_text(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_default()

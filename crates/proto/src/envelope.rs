@@ -1,6 +1,8 @@
 //! Request, reply and publish envelopes of the ZeroMQ channels (salt-protocol.md §3–§5).
 //!
-//! Master side: [`Request::parse`] classifies a body received on the request port;
+//! Master side: [`Request::parse`] classifies a body received on the request port without
+//! decoding it (the envelope is read in place, an encrypted load is borrowed, a clear load
+//! is decoded within its budget only when the body is within the clear-request limit);
 //! [`AuthRequest`] reads `_auth`; [`accept_reply`] (with `pub_sig`: [`accept_reply_with`]) /
 //! [`ret_reply`] build the signed clear replies; [`open_aes_request`] decrypts a v3 request
 //! with the minion's session key; [`seal_reply`] and [`pillar_reply`] encrypt answers;
@@ -15,9 +17,10 @@ use openssl::hash::{hash, MessageDigest};
 /// The plaintext reply that makes a minion re-authenticate.
 pub const BAD_LOAD: &str = "bad load";
 
-/// A body received on the request port, classified by its `enc`.
+/// A body received on the request port, classified by its `enc`. An encrypted request
+/// borrows its id and blob from the body.
 #[derive(Debug, Clone)]
-pub enum Request {
+pub enum Request<'a> {
     /// `enc: "clear"`: `_auth`, or a local client's `publish`.
     Clear {
         /// The clear load (a map).
@@ -28,9 +31,9 @@ pub enum Request {
     /// `enc: "aes"`: a minion request encrypted with its session key.
     Aes {
         /// The outer `id`, which selects the session key.
-        id: String,
+        id: &'a str,
         /// The encrypted load.
-        blob: Vec<u8>,
+        blob: &'a [u8],
         /// The payload's `version`.
         version: i64,
         /// The outer `enc_algo`, used by `send_private` replies.
@@ -40,35 +43,81 @@ pub enum Request {
     },
 }
 
-impl Request {
-    /// Classifies a decoded request body (`ReqServerChannel.handle_message` pre-checks).
-    pub fn parse(body: &Value) -> Result<Self> {
-        if !matches!(body, Value::Map(_)) {
-            return Err(Error::Malformed("request is not a map".into()));
+impl<'a> Request<'a> {
+    /// Classifies a request body (`ReqServerChannel.handle_message` pre-checks) without
+    /// decoding more than it needs: the top level must be a map (anything else is refused
+    /// from its first byte); its entries are read as raw bytes ([`value::RawMap`], no
+    /// allocation); an encrypted request's `id` and `load` are borrowed from `body`; a
+    /// clear request's load is decoded (within [`value::Budget::for_input`] of its
+    /// length) only when the whole body is at most `max_clear` bytes, else
+    /// [`Error::TooLarge`]. A body over `max_clear` can only be an encrypted request, whose
+    /// envelope holds no array or map: the first one met ends the parse with
+    /// [`Error::TooLarge`] without being walked. When a key appears twice the first one
+    /// counts, as in [`value::get`].
+    ///
+    /// Errors: [`Error::Msgpack`] for bytes that are not one msgpack value (or a clear load
+    /// over its decode budget), [`Error::Malformed`] for a well-formed body that is not a
+    /// request.
+    pub fn parse(body: &'a [u8], max_clear: usize) -> Result<Self> {
+        let mut fields = Fields::default();
+        let mut entries = value::RawMap::new(body).map_err(|e| match e {
+            Error::Malformed(_) => Error::Malformed("request is not a map".into()),
+            e => e,
+        })?;
+        let too_large = || Error::TooLarge {
+            size: body.len(),
+            limit: max_clear,
+        };
+        if body.len() > max_clear {
+            // Only an encrypted request may be this large, and its envelope holds no
+            // container: one (a clear load) is refused where it starts, without a walk.
+            entries = entries.flat();
         }
-        let enc = value::require_str(body, "enc")?;
-        let load = value::get(body, "load")
+        for entry in entries.by_ref() {
+            let (key, val) = entry.map_err(|e| match e {
+                Error::Malformed(_) => too_large(),
+                e => e,
+            })?;
+            fields.note(key, val);
+        }
+        if entries.end() != body.len() {
+            return Err(Error::Msgpack(format!(
+                "{} trailing bytes",
+                body.len() - entries.end()
+            )));
+        }
+        let enc = fields
+            .enc
+            .and_then(text)
+            .ok_or_else(|| Error::Malformed("missing or non-string field \"enc\"".into()))?;
+        let load = fields
+            .load
             .ok_or_else(|| Error::Malformed("request without load".into()))?;
-        let version = value::get_i64(body, "version").unwrap_or(0);
+        let version = fields.version.and_then(int_or_decimal).unwrap_or(0);
         match enc {
             "clear" => {
-                if !matches!(load, Value::Map(_)) {
+                if body.len() > max_clear {
+                    return Err(too_large());
+                }
+                if !matches!(load.first(), Some(0x80..=0x8f | 0xde | 0xdf)) {
                     return Err(Error::Malformed("clear load is not a map".into()));
                 }
                 Ok(Self::Clear {
-                    load: load.clone(),
+                    load: value::decode(load)?,
                     version,
                 })
             }
             "aes" => {
-                let id = value::require_str(body, "id")?.to_owned();
-                let blob = value::bytes_of(load)
-                    .ok_or_else(|| Error::Malformed("aes load is not bytes".into()))?
-                    .to_vec();
+                let id = fields
+                    .id
+                    .and_then(text)
+                    .ok_or_else(|| Error::Malformed("missing or non-string field \"id\"".into()))?;
+                let blob = value::raw_bytes(load)
+                    .ok_or_else(|| Error::Malformed("aes load is not bytes".into()))?;
                 let enc_algo =
-                    EncAlgo::parse(value::get_str(body, "enc_algo").unwrap_or("OAEP-SHA1"))?;
+                    EncAlgo::parse(fields.enc_algo.and_then(text).unwrap_or("OAEP-SHA1"))?;
                 let sig_algo =
-                    SigAlgo::parse(value::get_str(body, "sig_algo").unwrap_or("PKCS1v15-SHA1"))?;
+                    SigAlgo::parse(fields.sig_algo.and_then(text).unwrap_or("PKCS1v15-SHA1"))?;
                 Ok(Self::Aes {
                     id,
                     blob,
@@ -80,6 +129,43 @@ impl Request {
             other => Err(Error::Malformed(format!("unknown enc {other:?}"))),
         }
     }
+}
+
+/// The raw values of the envelope fields [`Request::parse`] reads (first occurrence).
+#[derive(Default)]
+struct Fields<'a> {
+    enc: Option<&'a [u8]>,
+    load: Option<&'a [u8]>,
+    version: Option<&'a [u8]>,
+    id: Option<&'a [u8]>,
+    enc_algo: Option<&'a [u8]>,
+    sig_algo: Option<&'a [u8]>,
+}
+
+impl<'a> Fields<'a> {
+    fn note(&mut self, key: &[u8], val: &'a [u8]) {
+        let slot = match value::raw_bytes(key) {
+            Some(b"enc") => &mut self.enc,
+            Some(b"load") => &mut self.load,
+            Some(b"version") => &mut self.version,
+            Some(b"id") => &mut self.id,
+            Some(b"enc_algo") => &mut self.enc_algo,
+            Some(b"sig_algo") => &mut self.sig_algo,
+            _ => return,
+        };
+        slot.get_or_insert(val);
+    }
+}
+
+/// The text of a raw `str`/`bin` field that is UTF-8.
+fn text(raw: &[u8]) -> Option<&str> {
+    value::raw_bytes(raw).and_then(|b| std::str::from_utf8(b).ok())
+}
+
+/// A raw integer field, or the decimal-string form Python sometimes sends (as
+/// [`value::get_i64`]).
+fn int_or_decimal(raw: &[u8]) -> Option<i64> {
+    value::raw_i64(raw).or_else(|| text(raw).and_then(|t| t.trim().parse().ok()))
 }
 
 /// A parsed `_auth` load (`AsyncAuth.minion_sign_in_payload`).
@@ -355,6 +441,13 @@ mod tests {
         ])
     }
 
+    const CLEAR_LIMIT: usize = 1 << 20;
+
+    fn parse(v: &Value) -> Result<Request<'static>> {
+        let body: &'static [u8] = Box::leak(value::encode(v).into_boxed_slice());
+        Request::parse(body, CLEAR_LIMIT)
+    }
+
     #[test]
     fn requests_are_classified_and_malformed_ones_refused() {
         let clear = map([
@@ -363,7 +456,7 @@ mod tests {
             ("version", Value::from(3)),
         ]);
         assert!(matches!(
-            Request::parse(&clear).unwrap(),
+            parse(&clear).unwrap(),
             Request::Clear { version: 3, .. }
         ));
         let aes = map([
@@ -372,16 +465,161 @@ mod tests {
             ("version", Value::from(3)),
             ("id", s("m1")),
         ]);
-        assert!(matches!(Request::parse(&aes).unwrap(), Request::Aes { ref id, .. } if id == "m1"));
+        assert!(matches!(
+            parse(&aes).unwrap(),
+            Request::Aes {
+                id: "m1",
+                blob: &[1, 2],
+                ..
+            }
+        ));
         for bad in [
             s("garbage"),
             map([("enc", s("clear"))]),
             map([("enc", s("rot13")), ("load", Value::Map(vec![]))]),
             map([("enc", s("aes")), ("load", bin(vec![1]))]),
             map([("enc", s("clear")), ("load", s("x"))]),
+            map([
+                ("enc", s("aes")),
+                ("load", Value::Map(vec![])),
+                ("id", s("m1")),
+            ]),
         ] {
-            assert!(Request::parse(&bad).is_err(), "{bad:?}");
+            assert!(matches!(parse(&bad), Err(Error::Malformed(_))), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_body_that_is_not_a_map_is_refused_from_its_first_byte() {
+        // The 16 MB array of zeros: refused without walking its elements (a
+        // truncated array of the same declared size gives the same answer, so nothing
+        // past the header was read).
+        let mut huge = vec![0xdd, 0x00, 0xf4, 0x24, 0x00];
+        huge.resize(16_000_005, 0);
+        let err = Request::parse(&huge, CLEAR_LIMIT).unwrap_err();
+        assert_eq!(err.to_string(), "malformed message: request is not a map");
+        let err = Request::parse(&huge[..5], CLEAR_LIMIT).unwrap_err();
+        assert_eq!(err.to_string(), "malformed message: request is not a map");
+        assert!(matches!(
+            Request::parse(b"\xc1\xff garbage", CLEAR_LIMIT),
+            Err(Error::Msgpack(_))
+        ));
+        assert!(matches!(
+            Request::parse(b"", CLEAR_LIMIT),
+            Err(Error::Msgpack(_))
+        ));
+    }
+
+    #[test]
+    fn a_clear_request_over_the_clear_limit_is_refused_before_its_load_is_decoded() {
+        // A load far over any decode budget: refused for its size, not for its contents.
+        let mut load = vec![0xdd];
+        load.extend_from_slice(&2_000_000u32.to_be_bytes());
+        load.resize(5 + 2_000_000, 0);
+        let mut body = vec![0x82, 0xa3];
+        body.extend_from_slice(b"enc");
+        body.extend_from_slice(&[0xa5]);
+        body.extend_from_slice(b"clear");
+        body.extend_from_slice(&[0xa4]);
+        body.extend_from_slice(b"load");
+        body.extend_from_slice(&load);
+        assert!(matches!(
+            Request::parse(&body, CLEAR_LIMIT),
+            Err(Error::TooLarge { size, limit: CLEAR_LIMIT }) if size == body.len()
+        ));
+        // ... where the load starts: the same body cut short inside the load, which a walk
+        // would report as truncated msgpack, gets the same answer.
+        let cut = &body[..body.len() - 10];
+        assert!(matches!(
+            Request::parse(cut, CLEAR_LIMIT),
+            Err(Error::TooLarge { .. })
+        ));
+        // Within the limit, its load must still fit the decode budget (and be a map).
+        assert!(matches!(
+            Request::parse(&body, usize::MAX),
+            Err(Error::Malformed(_))
+        ));
+        // A map load of dense elements over its budget: a msgpack error naming the budget.
+        let mut dense = vec![0x81, 0xa1, b'a', 0xdd];
+        dense.extend_from_slice(&100_000u32.to_be_bytes());
+        dense.resize(dense.len() + 100_000, 0);
+        let body = [
+            &[0x82, 0xa3][..],
+            b"enc",
+            &[0xa5],
+            b"clear",
+            &[0xa4],
+            b"load",
+            &dense,
+        ]
+        .concat();
+        let err = Request::parse(&body, CLEAR_LIMIT).unwrap_err();
+        assert!(err.to_string().contains("elements"), "{err}");
+        // An encrypted request of any size within the transport's limit is not a clear one.
+        let aes = map([
+            ("enc", s("aes")),
+            ("load", bin(vec![0; 2 * CLEAR_LIMIT])),
+            ("id", s("m1")),
+        ]);
+        assert!(
+            matches!(parse(&aes).unwrap(), Request::Aes { blob, .. } if blob.len() == 2 * CLEAR_LIMIT)
+        );
+    }
+
+    #[test]
+    fn an_aes_request_borrows_its_blob_and_id_from_the_body() {
+        let body = value::encode(&map([
+            ("enc", s("aes")),
+            ("load", bin(vec![5; 100])),
+            ("version", s("3")),
+            ("id", s("m1")),
+            ("enc_algo", s("OAEP-SHA224")),
+            ("sig_algo", s("PKCS1v15-SHA224")),
+            ("extra", Value::Array(vec![Value::Nil; 3])),
+        ]));
+        let Request::Aes {
+            id,
+            blob,
+            version,
+            enc_algo,
+            sig_algo,
+        } = Request::parse(&body, CLEAR_LIMIT).unwrap()
+        else {
+            panic!("not an aes request")
+        };
+        let inside = |p: *const u8| body.as_ptr_range().contains(&p);
+        assert!(inside(blob.as_ptr()) && inside(id.as_ptr()));
+        assert_eq!((id, blob.len(), version), ("m1", 100, 3));
+        assert_eq!(
+            (enc_algo, sig_algo),
+            (EncAlgo::OaepSha224, SigAlgo::Pkcs1v15Sha224)
+        );
+    }
+
+    #[test]
+    fn envelope_oddities_are_read_as_before() {
+        // The first of two `enc` keys counts; keys may be bin; trailing bytes are refused.
+        let v = Value::Map(vec![
+            (bin(b"enc".to_vec()), s("clear")),
+            (s("enc"), s("aes")),
+            (s("load"), map([("cmd", s("ping"))])),
+        ]);
+        assert!(matches!(
+            parse(&v).unwrap(),
+            Request::Clear { version: 0, .. }
+        ));
+        let mut body = value::encode(&v);
+        body.push(0xc0);
+        assert!(matches!(
+            Request::parse(&body, CLEAR_LIMIT),
+            Err(Error::Msgpack(m)) if m == "1 trailing bytes"
+        ));
+        // A map cut short inside its entries is not msgpack.
+        body.truncate(body.len() - 3);
+        assert!(matches!(
+            Request::parse(&body, CLEAR_LIMIT),
+            Err(Error::Msgpack(_))
+        ));
     }
 
     #[test]

@@ -147,7 +147,10 @@ impl PullFrame {
         let Some(body) = buf.get(4..4 + len) else {
             return Ok(Frame::Incomplete);
         };
-        let event = event_of_wrapper(&value::decode(body)?)?;
+        if value::skip(body)? != Some(body.len()) {
+            return Err(Error::Msgpack("pull frame is not one msgpack value".into()));
+        }
+        let event = event_of_wrapper(body)?;
         Ok(Frame::Complete {
             event,
             consumed: 4 + len,
@@ -155,53 +158,38 @@ impl PullFrame {
     }
 }
 
-fn event_of_wrapper(v: &Value) -> Result<Vec<u8>> {
-    value::get_bytes(v, "body")
-        .map(<[u8]>::to_vec)
-        .ok_or_else(|| Error::Malformed("frame without a body".into()))
+/// The `body` of a `{"head", "body"}` wrapper, read without decoding the wrapper (the
+/// first `body` key counts, as in [`value::get`]).
+fn event_of_wrapper(wrapper: &[u8]) -> Result<Vec<u8>> {
+    for entry in value::RawMap::new(wrapper)? {
+        let (key, val) = entry?;
+        if value::raw_bytes(key) == Some(b"body") {
+            if let Some(body) = value::raw_bytes(val) {
+                return Ok(body.to_vec());
+            }
+            break;
+        }
+    }
+    Err(Error::Malformed("frame without a body".into()))
 }
 
-/// Reads one `{"head", "body"}` map from the front of a subscriber stream.
+/// Reads one `{"head", "body"}` map from the front of a subscriber stream. Nothing is
+/// decoded or allocated before the whole map is there and within `max_len`.
 pub fn decode_pub_stream(buf: &[u8], max_len: usize) -> Result<Frame> {
-    if buf.is_empty() {
-        return Ok(Frame::Incomplete);
-    }
-    let mut rd = buf;
-    match rmpv::decode::read_value_with_max_depth(&mut rd, value::MAX_DEPTH) {
-        Ok(v) => {
-            let consumed = buf.len() - rd.len();
-            if consumed > max_len {
-                return Err(Error::TooLarge {
-                    size: consumed,
-                    limit: max_len,
-                });
-            }
-            Ok(Frame::Complete {
-                event: event_of_wrapper(&v)?,
-                consumed,
-            })
-        }
-        Err(e) if is_eof(&e) => {
-            if buf.len() > max_len {
-                Err(Error::TooLarge {
-                    size: buf.len(),
-                    limit: max_len,
-                })
-            } else {
-                Ok(Frame::Incomplete)
-            }
-        }
-        Err(e) => Err(Error::Msgpack(e.to_string())),
-    }
-}
-
-fn is_eof(e: &rmpv::decode::Error) -> bool {
-    use rmpv::decode::Error as E;
-    match e {
-        E::InvalidMarkerRead(io) | E::InvalidDataRead(io) => {
-            io.kind() == std::io::ErrorKind::UnexpectedEof
-        }
-        _ => false,
+    match value::skip(buf)? {
+        Some(consumed) if consumed > max_len => Err(Error::TooLarge {
+            size: consumed,
+            limit: max_len,
+        }),
+        Some(consumed) => Ok(Frame::Complete {
+            event: event_of_wrapper(buf.get(..consumed).unwrap_or_default())?,
+            consumed,
+        }),
+        None if buf.len() > max_len => Err(Error::TooLarge {
+            size: buf.len(),
+            limit: max_len,
+        }),
+        None => Ok(Frame::Incomplete),
     }
 }
 
@@ -262,6 +250,18 @@ mod tests {
         assert!(PullFrame::check(&[0, 0, 0, 1, 0xc1], 1 << 20).is_err());
         assert!(PullFrame::check(&[0, 0, 0, 1, 0x01], 1 << 20).is_err());
         assert!(unpack_event(b"no separator").is_err());
+        // A pub-stream frame declaring more than the limit is refused once the buffer
+        // holds more than the limit, without waiting for the rest.
+        let mut big = b"\x82\xa4head\x80\xa4body\xc6\x7f\xff\xff\xff".to_vec();
+        assert_eq!(decode_pub_stream(&big, 64).unwrap(), Frame::Incomplete);
+        big.resize(65, 0);
+        assert!(matches!(
+            decode_pub_stream(&big, 64),
+            Err(Error::TooLarge {
+                size: 65,
+                limit: 64
+            })
+        ));
         assert!(unpack_event(b"\n\n\x80").is_err());
     }
 

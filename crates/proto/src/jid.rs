@@ -12,9 +12,18 @@ pub fn format_jid(t: DateTime<Utc>) -> String {
 }
 
 /// `salt.utils.jid.is_jid`: 20 digits, optionally followed by `_suffix`.
+///
+/// Deviation: Salt accepts any suffix; here it is ASCII letters, digits, `_`, `-` and `.`
+/// (Salt's own suffix is `_<pid>`), so a client-chosen jid cannot add segments to the
+/// `salt/job/<jid>/...` event tags or hold a path separator.
 pub fn is_jid(s: &str) -> bool {
-    let ok_len = s.len() == 20 || (s.len() > 21 && s.as_bytes().get(20) == Some(&b'_'));
-    ok_len && s.as_bytes()[..20].iter().all(u8::is_ascii_digit)
+    let bytes = s.as_bytes();
+    let ok_len = bytes.len() == 20 || (bytes.len() > 21 && bytes.get(20) == Some(&b'_'));
+    ok_len
+        && bytes[..20].iter().all(u8::is_ascii_digit)
+        && bytes[20..]
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
 }
 
 /// Hands out strictly increasing jids from the times it is given.
@@ -49,6 +58,19 @@ mod tests {
         assert!(!is_jid("2026112207050900004"));
         assert!(!is_jid("20261122070509000042_"));
         assert!(!is_jid("2026112207050900004x"));
+    }
+
+    #[test]
+    fn jid_suffixes_cannot_hold_tag_segments_or_paths() {
+        assert!(is_jid("20261122070509000042_web-1.example_7"));
+        for bad in [
+            "20261122070509000042_/../../etc",
+            "20261122070509000042_a/ret/forged",
+            "20261122070509000042_a b",
+            "20261122070509000042_\\x",
+        ] {
+            assert!(!is_jid(bad), "{bad}");
+        }
     }
 
     #[test]

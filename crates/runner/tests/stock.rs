@@ -1,4 +1,4 @@
-//! Halite's runners against stock Salt 3008.3 (the venv `.ci/run` creates): the generated
+//! Halite's runners against stock Salt 3008.3 (the venv `scripts/setup-tests` creates): the generated
 //! signature table, and the `jobs` runners over the same jobs, written by the stock
 //! `local_cache` returner for stock Salt and into the job store for Halite
 //! (`tests/stock_jobs.py`).

@@ -18,7 +18,8 @@
 //! - [`subdict_match`]: grain/pillar matching (deepest key first, `*` wildcards, lists,
 //!   key existence, lower-casing of both sides, including regex patterns).
 //! - [`parse_target`]: the compound word grammar (`G@`, `G|@os|RedHat`, …) and
-//!   [`nodegroup_comp`]: nodegroup expansion.
+//!   [`nodegroup_comp`]: nodegroup expansion, and [`resolve_nodegroups`]: the client's
+//!   resolution of `nodegroup` targets and `N@` words before a publish.
 //!
 //! What it does not do: no I/O, no configuration parsing, no key management. The caller
 //! passes the accepted minion ids and a [`MinionDataCache`] on the master, and the minion's
@@ -50,7 +51,7 @@ pub mod testutil;
 pub use compound::{parse_target, TargetWord, MAX_PARENS};
 pub use master::{Bank, CheckResult, CkMinions, EmptyCache, MinionDataCache};
 pub use minion::{minion_match, MinionFacts};
-pub use nodegroup::nodegroup_comp;
+pub use nodegroup::{nodegroup_comp, resolve_nodegroups};
 pub use pyre::RegexCache;
 pub use rmpv::Value;
 pub use subdict::{
@@ -91,6 +92,11 @@ pub enum Error {
         /// The engine's message.
         message: String,
     },
+    /// A nodegroup the master config does not define, named in a `nodegroup` target or as
+    /// `N@<name>` in a compound one ([`resolve_nodegroups`]; Salt's client raises
+    /// `SaltInvocationError`).
+    #[error("Node group {0} unavailable")]
+    UnknownNodegroup(String),
     /// A match attempt needed more than [`pyre::BACKTRACK_LIMIT`] backtracking steps.
     #[error("regex {pattern:?} exceeded the backtracking limit")]
     BacktrackLimit {

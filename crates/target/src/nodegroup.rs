@@ -15,7 +15,7 @@ use std::collections::BTreeSet;
 
 use rmpv::Value;
 
-use crate::pyvalue;
+use crate::{pyvalue, Error};
 
 const OPERATORS: [&str; 5] = ["and", "or", "not", "(", ")"];
 
@@ -109,6 +109,58 @@ fn expand(
     }
 }
 
+/// `LocalClient._prep_pub`'s nodegroup resolution, so that minions never have to know the
+/// master's nodegroups: a `nodegroup` target becomes the compound expression of its group,
+/// and in a `compound` target every word `N@<name>` (longer than `N@`) is replaced by the
+/// words of its group. Words are split on whitespace (a list target gives its items) and
+/// joined with single spaces, as Salt joins them.
+///
+/// `Ok(None)`: nothing to resolve (another target type); `Ok(Some(expr))`: publish `expr`
+/// as a `compound` target. A group `nodegroups` does not define is
+/// [`Error::UnknownNodegroup`] (Salt's client raises `SaltInvocationError`); a group that
+/// is defined but cannot be expanded gives no words, as `nodegroup_comp` logs and does.
+pub fn resolve_nodegroups(
+    tgt: &Value,
+    tgt_type: &str,
+    nodegroups: &Value,
+) -> Result<Option<String>, Error> {
+    let known = |name: &str| -> Result<(), Error> {
+        match nodegroups {
+            Value::Map(entries) if pyvalue::dict_get(entries, name).is_some() => Ok(()),
+            _ => Err(Error::UnknownNodegroup(name.to_owned())),
+        }
+    };
+    let words: Vec<String> = match tgt_type {
+        "nodegroup" => {
+            let name = pyvalue::to_str(tgt);
+            known(&name)?;
+            nodegroup_comp(&name, nodegroups)
+        }
+        "compound" => match tgt {
+            Value::Array(items) => items
+                .iter()
+                .map(|w| pyvalue::to_str(w).into_owned())
+                .collect(),
+            other => pyvalue::to_str(other)
+                .split_whitespace()
+                .map(str::to_owned)
+                .collect(),
+        },
+        _ => return Ok(None),
+    };
+    let mut resolved = Vec::with_capacity(words.len());
+    for word in words {
+        match word.strip_prefix("N@").filter(|name| !name.is_empty()) {
+            Some(name) => {
+                known(name)?;
+                resolved.extend(nodegroup_comp(name, nodegroups));
+            }
+            None => resolved.push(word),
+        }
+    }
+    Ok(Some(resolved.join(" ")))
+}
+
 /// `_nodegroup_regex`: the `E@`/`L@` word for a definition that is a plain list of names.
 fn plain_list(words: &[String]) -> Option<String> {
     if words.iter().any(|w| OPERATORS.contains(&w.as_str())) {
@@ -199,6 +251,66 @@ mod tests {
         for &(name, want) in EXPANSIONS {
             assert_eq!(nodegroup_comp(name, &nodegroups), want, "{name}");
         }
+    }
+
+    #[test]
+    fn a_nodegroup_target_resolves_to_its_compound_expression() {
+        let nodegroups = json(NODEGROUPS);
+        let resolve = |tgt: &str, tgt_type: &str| {
+            resolve_nodegroups(&Value::from(tgt), tgt_type, &nodegroups)
+        };
+        assert_eq!(resolve("web", "nodegroup"), Ok(Some("L@web1,web2".into())));
+        assert_eq!(
+            resolve("expr", "nodegroup"),
+            Ok(Some("G@os:Ubuntu or db1".into()))
+        );
+        assert_eq!(
+            resolve("webdb", "nodegroup"),
+            Ok(Some("( ( L@web1,web2 ) or ( G@role:db ) )".into()))
+        );
+        // A group whose expansion fails is known: it resolves to nothing, as in Salt.
+        assert_eq!(resolve("bad", "nodegroup"), Ok(Some(String::new())));
+        assert_eq!(
+            resolve("nope", "nodegroup"),
+            Err(Error::UnknownNodegroup("nope".into()))
+        );
+    }
+
+    #[test]
+    fn n_at_words_of_a_compound_target_are_replaced_by_their_groups() {
+        let nodegroups = json(NODEGROUPS);
+        let resolve = |tgt: &Value| resolve_nodegroups(tgt, "compound", &nodegroups);
+        assert_eq!(
+            resolve(&Value::from("N@web  or\tdb1")),
+            Ok(Some("L@web1,web2 or db1".into()))
+        );
+        assert_eq!(
+            resolve(&Value::from("N@lst and not N@rx")),
+            Ok(Some("L@web1,db1 and not E@web[0-9]+".into()))
+        );
+        // Only whole words: `(N@web` and a bare `N@` stay as written.
+        assert_eq!(
+            resolve(&Value::from("(N@web) or N@")),
+            Ok(Some("(N@web) or N@".into()))
+        );
+        let list = Value::Array(vec![
+            Value::from("N@web"),
+            Value::from("or"),
+            Value::from("x"),
+        ]);
+        assert_eq!(resolve(&list), Ok(Some("L@web1,web2 or x".into())));
+        assert_eq!(
+            resolve(&Value::from("web1 or N@nope")),
+            Err(Error::UnknownNodegroup("nope".into()))
+        );
+        assert_eq!(
+            resolve_nodegroups(&Value::from("N@web"), "glob", &nodegroups),
+            Ok(None)
+        );
+        assert_eq!(
+            resolve_nodegroups(&Value::from("N@web"), "compound", &Value::Nil),
+            Err(Error::UnknownNodegroup("web".into()))
+        );
     }
 
     #[test]

@@ -18,7 +18,13 @@ pub fn repo_root() -> PathBuf {
         .unwrap_or_else(|| panic!("{} has no grandparent directory", manifest.display()))
 }
 
-/// The venv holding stock Salt 3008.3: `$HALITE_SALT_VENV` if set, else `<repo>/.salt-venv`.
+/// Where `scripts/setup-tests` makes the stock venv when it runs as root (other local users
+/// must be able to run it, which a checkout under `/root` does not allow).
+pub const ROOT_SALT_VENV: &str = "/opt/halite/salt-venv-3008.3";
+
+/// The venv holding stock Salt 3008.3: `$HALITE_SALT_VENV` if set, else `<repo>/.salt-venv`
+/// when it exists, else [`ROOT_SALT_VENV`] when that exists (`scripts/setup-tests` makes one
+/// of the two).
 ///
 /// # Panics
 /// When the venv (or its `bin/salt-master`) is missing. Tests that need stock Salt must fail,
@@ -27,16 +33,24 @@ pub fn salt_venv() -> PathBuf {
     let venv = std::env::var_os(SALT_VENV_ENV)
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join(".salt-venv"));
+        .unwrap_or_else(default_venv);
     checked_venv(venv)
+}
+
+fn default_venv() -> PathBuf {
+    let local = repo_root().join(".salt-venv");
+    if !local.exists() && Path::new(ROOT_SALT_VENV).join("bin").is_dir() {
+        return PathBuf::from(ROOT_SALT_VENV);
+    }
+    local
 }
 
 /// `venv` if it holds `bin/salt-master`; panics with the set-up hint otherwise.
 fn checked_venv(venv: PathBuf) -> PathBuf {
     if !venv.join("bin").join("salt-master").is_file() {
         panic!(
-            "stock Salt venv missing at {}: run .ci/run (or `python3 -m venv .salt-venv && \
-             .salt-venv/bin/pip install salt==3008.3`)",
+            "stock Salt venv missing at {}: run scripts/setup-tests (or `python3 -m venv \
+             .salt-venv && .salt-venv/bin/pip install salt==3008.3`)",
             venv.display()
         );
     }

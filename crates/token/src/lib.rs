@@ -140,7 +140,7 @@ pub trait TokenStore: Send + Sync {
     ///
     /// A missing, expired or undecodable token is `Ok(None)`, logged at WARNING as Salt's
     /// `get_tok` does ("Token %r could not be loaded (%r); removing it from the store."); an
-    /// expired or undecodable one is removed. A database failure is logged with Salt's
+    /// expired or undecodable one is removed (an unknown id costs no write). A database failure is logged with Salt's
     /// "transient error" wording and returned; the caller treats the request as not
     /// authenticated and need not log it again.
     fn get(&self, id: &str, now: f64) -> Result<Option<Token>>;

@@ -69,14 +69,16 @@ impl RedbTokenStore {
 
     /// The stored token, `Ok(Err(reason))` when it is missing, expired or undecodable
     /// (`reason` as Salt's log shows the exception).
-    fn lookup(&self, id: &str, now: f64) -> Result<Result<Token, String>> {
+    /// The token stored under `id`: `Ok(None)` when there is none, `Err(reason)` when the
+    /// record is expired or unreadable (the caller removes it).
+    fn lookup(&self, id: &str, now: f64) -> Result<Result<Option<Token>, String>> {
         let txn = self.db.begin_read()?;
         let table = txn.open_table(TOKENS)?;
         let Some(record) = table.get(id)? else {
-            return Ok(Err(EXPIRED.into()));
+            return Ok(Ok(None));
         };
         Ok(match decode_record(id, record.value()) {
-            Ok(token) if !token.is_expired(now) => Ok(token),
+            Ok(token) if !token.is_expired(now) => Ok(Some(token)),
             Ok(_) => Err(EXPIRED.into()),
             Err(e) => Err(format!("SaltDeserializationError('{e}')")),
         })
@@ -123,7 +125,15 @@ impl TokenStore for RedbTokenStore {
             return Ok(None);
         }
         let reason = match self.lookup(id, now) {
-            Ok(Ok(token)) => return Ok(Some(token)),
+            Ok(Ok(Some(token))) => return Ok(Some(token)),
+            Ok(Ok(None)) => {
+                // Salt's line, but nothing to remove: anyone may present an unknown id, so
+                // it must not cost a write.
+                tracing::warn!(
+                    "Token '{id}' could not be loaded ({EXPIRED}); removing it from the store."
+                );
+                return Ok(None);
+            }
             Ok(Err(reason)) => reason,
             Err(e) => {
                 tracing::warn!(

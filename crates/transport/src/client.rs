@@ -64,7 +64,7 @@ mod tests {
             )
         });
         let inc = rx.recv().await.unwrap();
-        assert_eq!(inc.body, b"ping");
+        assert_eq!(&*inc.body, b"ping");
         server.reply(inc.peer, b"pong".to_vec()).unwrap();
         assert_eq!(req.await.unwrap().unwrap(), b"pong");
 

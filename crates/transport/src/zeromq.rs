@@ -3,10 +3,18 @@
 //!
 //! One thread owns the ROUTER plus an `inproc` PULL socket that carries replies from tokio
 //! tasks (ZeroMQ sockets are not thread-safe; the inproc PUSH side is guarded by a mutex and
-//! never blocks). Incoming requests go to tokio over a bounded channel: when it is full the
-//! thread waits, libzmq queues on the ROUTER (up to its HWM) and minions see back-pressure
-//! instead of the master growing without bound. Publishes go straight to the publish
-//! server's thread.
+//! never blocks). Incoming requests go to the workers over a channel bounded twice: at most
+//! [`INCOMING_CAPACITY`] requests and at most [`ZmqServerConfig::incoming_bytes`] bytes of
+//! bodies, counted from the moment a request is read until the worker drops it. When
+//! either bound is reached the thread stops reading the ROUTER (one request read before it
+//! noticed waits with it), libzmq queues behind it (up to its HWM per peer) and minions see
+//! back-pressure instead of the master growing without bound. Replies are never held back
+//! by reads: each turn of the loop sends every reply the workers have handed in, then reads
+//! at most [`READ_BATCH`] requests. Publishes go straight to the publish server's thread.
+//!
+//! `maxmsgsize` on the ROUTER is [`ZmqServerConfig::max_msg_size`]: libzmq drops the
+//! connection of a peer announcing a larger frame before allocating anything for it (the
+//! peer's REQ socket then times out; no reply can be sent to it).
 //!
 //! Socket options follow Salt (`salt/transport/zeromq.py`): ROUTER_HANDOVER, TCP keepalive
 //! 60/15/3 on the ROUTER and idle 300 on the PUB, backlog `zmq_backlog`, `pub_hwm` on the
@@ -21,15 +29,29 @@
 //! heartbeats are tokio timers, O(1) each.
 
 use crate::pubserver::{PubServer, PubServerConfig};
-use crate::{Error, Incoming, PeerId, ServerTransport};
-use std::sync::Mutex;
+use crate::{Body, Error, Incoming, PeerId, ServerTransport};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
-use tokio::sync::mpsc;
+use tokio::sync::mpsc::{self, error::TrySendError};
 
-/// Capacity of the incoming-request channel. When full, the socket thread waits (requests
-/// queue inside libzmq) — back-pressure, nothing is dropped.
+/// Capacity of the incoming-request channel, in requests. When full (or when the byte
+/// budget is used up), the socket thread stops reading (requests queue inside libzmq) —
+/// back-pressure, nothing is dropped.
 pub const INCOMING_CAPACITY: usize = 4096;
+
+/// Requests read from the ROUTER in one turn of the socket loop before replies are sent
+/// again.
+pub const READ_BATCH: usize = 64;
+
+/// Default [`ZmqServerConfig::max_msg_size`]: 64 MiB, the master's default
+/// `max_request_size`.
+pub const DEFAULT_MAX_MSG_SIZE: i64 = 64 << 20;
+
+/// How long the socket thread waits before it looks again at a full queue (it also wakes
+/// for every reply).
+const FULL_RECHECK_MS: i64 = 5;
 
 /// Salt's `zmq_heartbeat_ivl` default (ms), used on the publish port when none is set.
 const SALT_HEARTBEAT_IVL_MS: i32 = 10_000;
@@ -57,8 +79,14 @@ pub struct ZmqServerConfig {
     pub heartbeat_ivl_ms: Option<i32>,
     /// `zmq_heartbeat_timeout` in ms (Salt default 30000).
     pub heartbeat_timeout_ms: i32,
-    /// Hard cap on one incoming message; libzmq disconnects a peer that sends more.
+    /// Hard cap on one incoming message (libzmq's `maxmsgsize`); libzmq disconnects a peer
+    /// that sends more. [`DEFAULT_MAX_MSG_SIZE`] unless set (the master sets its
+    /// `max_request_size`).
     pub max_msg_size: i64,
+    /// Bytes of request bodies read but not yet dropped by a worker; `None`: as much as
+    /// [`max_msg_size`](Self::max_msg_size). A body larger than the whole budget is taken
+    /// when nothing else holds any of it.
+    pub incoming_bytes: Option<usize>,
 }
 
 impl ZmqServerConfig {
@@ -73,7 +101,8 @@ impl ZmqServerConfig {
             backlog: 1000,
             heartbeat_ivl_ms: None,
             heartbeat_timeout_ms: 30_000,
-            max_msg_size: 256 << 20,
+            max_msg_size: DEFAULT_MAX_MSG_SIZE,
+            incoming_bytes: None,
         }
     }
 
@@ -174,9 +203,23 @@ impl ZmqServer {
             .map_err(Error::zmq("connect monitor"))?;
 
         let (tx, rx) = mpsc::channel(INCOMING_CAPACITY);
+        let budget = ByteBudget::new(
+            cfg.incoming_bytes
+                .unwrap_or_else(|| usize::try_from(cfg.max_msg_size.max(0)).unwrap_or(usize::MAX)),
+        );
         let thread = std::thread::Builder::new()
             .name("zmq-server".into())
-            .spawn(move || socket_loop(router, pull, monitor, tx))
+            .spawn(move || {
+                SocketLoop {
+                    router,
+                    pull,
+                    monitor,
+                    tx,
+                    budget,
+                    waiting: None,
+                }
+                .run()
+            })
             .map_err(|e| Error::Zmq {
                 op: format!("spawn thread: {e}"),
                 source: zmq::Error::EFAULT,
@@ -199,14 +242,23 @@ impl ZmqServer {
             .map_err(|_| Error::Closed)
     }
 
-    /// Stops the socket threads and closes the sockets. Idempotent.
-    pub fn shutdown(&self) {
-        self.publisher.shutdown();
+    /// Stops the request port: the socket thread ends and closes the ROUTER (its peers'
+    /// connections close, so their requests fail at once), and the incoming channel
+    /// closes once the requests already in it are taken. Replies fail from now on;
+    /// publishes still go out. Idempotent.
+    pub fn stop_requests(&self) {
         let _ = self.send_cmd(&[CMD_STOP]);
         let handle = self.thread.lock().ok().and_then(|mut t| t.take());
         if let Some(h) = handle {
             let _ = h.join();
         }
+    }
+
+    /// Stops the request port ([`ZmqServer::stop_requests`]), then the publisher, and
+    /// closes the sockets. Idempotent.
+    pub fn shutdown(&self) {
+        self.stop_requests();
+        self.publisher.shutdown();
     }
 }
 
@@ -254,73 +306,395 @@ fn log_monitor_event(mon: &zmq::Socket, port: &str) {
     }
 }
 
-fn socket_loop(
+/// The byte budget of requests between the socket thread and the workers: taken when a
+/// request is read, given back when its [`Incoming`] is dropped. Lock-free.
+#[derive(Debug)]
+struct ByteBudget {
+    total: usize,
+    free: AtomicUsize,
+}
+
+impl ByteBudget {
+    fn new(total: usize) -> Arc<Self> {
+        Arc::new(ByteBudget {
+            total,
+            free: AtomicUsize::new(total),
+        })
+    }
+
+    /// `n` bytes (at most the whole budget), when that much is free.
+    fn try_take(self: &Arc<Self>, n: usize) -> Option<BytesPermit> {
+        let n = n.min(self.total);
+        self.free
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |free| {
+                free.checked_sub(n)
+            })
+            .ok()?;
+        Some(BytesPermit {
+            budget: self.clone(),
+            n,
+        })
+    }
+}
+
+/// A request's share of the [`ByteBudget`], given back on drop.
+#[derive(Debug)]
+pub(crate) struct BytesPermit {
+    budget: Arc<ByteBudget>,
+    n: usize,
+}
+
+impl Drop for BytesPermit {
+    fn drop(&mut self) {
+        self.budget.free.fetch_add(self.n, Ordering::AcqRel);
+    }
+}
+
+/// Why one read from the ROUTER gave no request.
+enum Skipped {
+    /// Nothing waiting.
+    Empty,
+    /// A message that is not `[id, "", body]` (or `[id, body]`), already consumed.
+    Layout(&'static str),
+}
+
+/// The socket thread's state.
+struct SocketLoop {
     router: zmq::Socket,
     pull: zmq::Socket,
     monitor: zmq::Socket,
     tx: mpsc::Sender<Incoming>,
-) {
-    loop {
-        let (router_ready, cmd_ready) = {
-            let mut items = [
-                router.as_poll_item(zmq::POLLIN),
-                pull.as_poll_item(zmq::POLLIN),
-                monitor.as_poll_item(zmq::POLLIN),
-            ];
-            if let Err(e) = zmq::poll(&mut items, -1) {
-                if e == zmq::Error::EINTR {
-                    continue;
-                }
-                tracing::error!(error = %e, "ZeroMQ poll failed; stopping the socket thread");
+    budget: Arc<ByteBudget>,
+    /// A request read while the queue was full; no more are read until it is queued.
+    waiting: Option<(PeerId, Body)>,
+}
+
+impl SocketLoop {
+    fn run(mut self) {
+        loop {
+            if !self.flush_waiting() {
                 return;
             }
-            if items[2].is_readable() {
-                log_monitor_event(&monitor, "request");
-            }
-            (items[0].is_readable(), items[1].is_readable())
-        };
-        if cmd_ready {
-            while let Ok(parts) = pull.recv_multipart(zmq::DONTWAIT) {
-                match parts.first().map(Vec::as_slice) {
-                    Some(CMD_REPLY) if parts.len() == 3 => {
-                        let msg: [&[u8]; 3] = [&parts[1], b"", &parts[2]];
-                        if let Err(e) = router.send_multipart(msg, zmq::DONTWAIT) {
-                            tracing::debug!(error = %e, "Reply to a disconnected peer dropped");
-                        }
+            let reading = self.waiting.is_none();
+            let (router_ready, cmd_ready) = {
+                let mut items = [
+                    self.pull.as_poll_item(zmq::POLLIN),
+                    self.monitor.as_poll_item(zmq::POLLIN),
+                    self.router.as_poll_item(zmq::POLLIN),
+                ];
+                // A full queue is looked at again every few ms; replies wake the loop at once.
+                let (items, timeout) = if reading {
+                    (&mut items[..], -1)
+                } else {
+                    (&mut items[..2], FULL_RECHECK_MS)
+                };
+                if let Err(e) = zmq::poll(items, timeout) {
+                    if e == zmq::Error::EINTR {
+                        continue;
                     }
-                    Some(CMD_STOP) => return,
-                    _ => tracing::error!("Malformed internal transport command ignored"),
-                }
-            }
-        }
-        if router_ready {
-            while let Ok(parts) = router.recv_multipart(zmq::DONTWAIT) {
-                // REQ peers send [id, "", body]; anything else is not a Salt request.
-                let mut parts = parts.into_iter();
-                let (Some(id), Some(second)) = (parts.next(), parts.next()) else {
-                    tracing::warn!("Request with no body on the request port dropped");
-                    continue;
-                };
-                let (delim, body) = match parts.next() {
-                    Some(body) => (second, body),
-                    None => (Vec::new(), second),
-                };
-                if !delim.is_empty() || parts.next().is_some() {
-                    tracing::warn!(
-                        "Request with an unexpected frame layout on the request port dropped"
-                    );
-                    continue;
-                }
-                if tx
-                    .blocking_send(Incoming {
-                        peer: PeerId(id),
-                        body,
-                    })
-                    .is_err()
-                {
+                    tracing::error!(error = %e, "ZeroMQ poll failed; stopping the socket thread");
                     return;
                 }
+                if items[1].is_readable() {
+                    log_monitor_event(&self.monitor, "request");
+                }
+                (
+                    items.get(2).is_some_and(|i| i.is_readable()),
+                    items[0].is_readable(),
+                )
+            };
+            if cmd_ready && !self.send_replies() {
+                return;
             }
+            if router_ready && !self.read_requests() {
+                return;
+            }
+        }
+    }
+
+    /// Sends every reply handed in so far; `false` on the stop command.
+    fn send_replies(&self) -> bool {
+        while let Ok(parts) = self.pull.recv_multipart(zmq::DONTWAIT) {
+            match parts.first().map(Vec::as_slice) {
+                Some(CMD_REPLY) if parts.len() == 3 => {
+                    let msg: [&[u8]; 3] = [&parts[1], b"", &parts[2]];
+                    if let Err(e) = self.router.send_multipart(msg, zmq::DONTWAIT) {
+                        tracing::debug!(error = %e, "Reply to a disconnected peer dropped");
+                    }
+                }
+                Some(CMD_STOP) => return false,
+                _ => tracing::error!("Malformed internal transport command ignored"),
+            }
+        }
+        true
+    }
+
+    /// Reads up to [`READ_BATCH`] requests and queues them, stopping early when the queue
+    /// is full; `false` when the workers are gone.
+    fn read_requests(&mut self) -> bool {
+        for _ in 0..READ_BATCH {
+            match recv_request(&self.router) {
+                Ok(req) => {
+                    self.waiting = Some(req);
+                    if !self.flush_waiting() {
+                        return false;
+                    }
+                    if self.waiting.is_some() {
+                        break;
+                    }
+                }
+                Err(Skipped::Empty) => break,
+                Err(Skipped::Layout(what)) => tracing::warn!("{what}"),
+            }
+        }
+        true
+    }
+
+    /// Queues the waiting request if there is room for it; `false` when the workers are
+    /// gone.
+    fn flush_waiting(&mut self) -> bool {
+        let Some((peer, body)) = self.waiting.take() else {
+            return true;
+        };
+        let Some(permit) = self.budget.try_take(body.len()) else {
+            self.waiting = Some((peer, body));
+            return true;
+        };
+        match self.tx.try_send(Incoming {
+            peer,
+            body,
+            _bytes: permit,
+        }) {
+            Ok(()) => true,
+            Err(TrySendError::Full(inc)) => {
+                self.waiting = Some((inc.peer, inc.body));
+                true
+            }
+            Err(TrySendError::Closed(_)) => false,
+        }
+    }
+}
+
+/// Reads one request: REQ peers send `[id, "", body]`; `[id, body]` is taken too.
+fn recv_request(router: &zmq::Socket) -> Result<(PeerId, Body), Skipped> {
+    let more = || router.get_rcvmore().unwrap_or(false);
+    let id = router.recv_msg(zmq::DONTWAIT).map_err(|_| Skipped::Empty)?;
+    if !more() {
+        return Err(Skipped::Layout(
+            "Request with no body on the request port dropped",
+        ));
+    }
+    let layout = || {
+        // Consume the rest of the message.
+        while more() {
+            if router.recv_msg(zmq::DONTWAIT).is_err() {
+                break;
+            }
+        }
+        Skipped::Layout("Request with an unexpected frame layout on the request port dropped")
+    };
+    let second = router.recv_msg(zmq::DONTWAIT).map_err(|_| layout())?;
+    let body = if more() {
+        let body = router.recv_msg(zmq::DONTWAIT).map_err(|_| layout())?;
+        if !second.is_empty() || more() {
+            return Err(layout());
+        }
+        body
+    } else {
+        second
+    };
+    Ok((PeerId(id.to_vec()), Body::from_message(body)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::request;
+    use crate::BodyRepr;
+    use std::sync::atomic::AtomicBool;
+    use std::time::Instant;
+
+    /// Long enough for a loaded 2-core machine; only a failing test waits this long.
+    const PATIENCE: Duration = Duration::from_secs(30);
+
+    fn free_port() -> u16 {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    }
+
+    fn bind(
+        cfg: impl FnOnce(&mut ZmqServerConfig),
+    ) -> (Arc<ZmqServer>, mpsc::Receiver<Incoming>, String) {
+        let ret = free_port();
+        let mut c = ZmqServerConfig::new("127.0.0.1", false, ret, free_port());
+        cfg(&mut c);
+        let (server, rx) = ZmqServer::bind(&c).unwrap();
+        (Arc::new(server), rx, format!("tcp://127.0.0.1:{ret}"))
+    }
+
+    /// The next request within `wait`, if any.
+    fn next(rx: &mut mpsc::Receiver<Incoming>, wait: Duration) -> Option<Incoming> {
+        let deadline = Instant::now() + wait;
+        loop {
+            if let Ok(inc) = rx.try_recv() {
+                return Some(inc);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Sends `body` from a new REQ socket on its own thread; the reply comes on the handle.
+    fn send(
+        endpoint: &str,
+        body: Vec<u8>,
+        timeout: Duration,
+    ) -> std::thread::JoinHandle<Result<Vec<u8>, Error>> {
+        let endpoint = endpoint.to_owned();
+        std::thread::spawn(move || request(&zmq::Context::new(), &endpoint, &body, timeout))
+    }
+
+    #[test]
+    fn the_byte_budget_is_taken_per_request_and_given_back_on_drop() {
+        let budget = ByteBudget::new(100);
+        let first = budget.try_take(60).unwrap();
+        assert!(budget.try_take(50).is_none());
+        let second = budget.try_take(40).unwrap();
+        drop(first);
+        assert!(budget.try_take(60).is_some());
+        drop(second);
+        // A body larger than the whole budget takes all of it, when all of it is free.
+        let whole = budget.try_take(1_000).unwrap();
+        assert_eq!(whole.n, 100);
+        assert!(budget.try_take(0).is_some());
+        assert!(budget.try_take(1).is_none());
+        drop(whole);
+        assert_eq!(budget.free.load(Ordering::Acquire), 100);
+    }
+
+    #[test]
+    fn a_request_waits_in_libzmq_while_the_byte_budget_is_used_up() {
+        let (server, mut rx, ep) = bind(|c| c.incoming_bytes = Some(1 << 20));
+        let clients: Vec<_> = (1..=3u8)
+            .map(|i| send(&ep, vec![i; 600 << 10], PATIENCE))
+            .collect();
+        let mut seen = Vec::new();
+        for _ in 0..3 {
+            let inc = next(&mut rx, PATIENCE).expect("a request once there is room for it");
+            // While it holds 600 KiB of the 1 MiB budget, no other request is queued.
+            assert!(
+                next(&mut rx, Duration::from_millis(300)).is_none(),
+                "a second 600 KiB request was queued beside the first"
+            );
+            let tag = inc.body.first().copied().unwrap();
+            seen.push(tag);
+            server.reply(inc.peer.clone(), vec![tag]).unwrap();
+        }
+        seen.sort_unstable();
+        assert_eq!(seen, [1, 2, 3]);
+        for (i, c) in clients.into_iter().enumerate() {
+            assert_eq!(c.join().unwrap().unwrap(), [i as u8 + 1]);
+        }
+    }
+
+    #[test]
+    fn replies_keep_flowing_while_requests_flood_in() {
+        // A small byte budget keeps the queue full; DEALER flooders that never wait for
+        // replies keep the ROUTER from ever being empty.
+        let (server, mut rx, ep) = bind(|c| c.incoming_bytes = Some(64 << 10));
+        let worker = {
+            let server = server.clone();
+            std::thread::spawn(move || {
+                let mut handled = 0u64;
+                while let Some(inc) = rx.blocking_recv() {
+                    std::thread::sleep(Duration::from_micros(20));
+                    let _ = server.reply(inc.peer.clone(), b"ok".to_vec());
+                    handled += 1;
+                }
+                handled
+            })
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        let flooders: Vec<_> = (0..4)
+            .map(|_| {
+                let (ep, stop) = (ep.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let ctx = zmq::Context::new();
+                    let dealer = ctx.socket(zmq::DEALER).unwrap();
+                    dealer.set_linger(0).unwrap();
+                    dealer.connect(&ep).unwrap();
+                    let body = vec![7u8; 1024];
+                    let mut sent = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        match dealer.send_multipart([&b""[..], &body[..]], zmq::DONTWAIT) {
+                            Ok(()) => sent += 1,
+                            Err(_) => std::thread::sleep(Duration::from_micros(100)),
+                        }
+                        while dealer.recv_multipart(zmq::DONTWAIT).is_ok() {}
+                    }
+                    sent
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(200));
+        let start = Instant::now();
+        let mut slowest = Duration::ZERO;
+        for _ in 0..20 {
+            let t = Instant::now();
+            let reply = request(&zmq::Context::new(), &ep, b"ping", PATIENCE)
+                .expect("a reply while the flood goes on");
+            assert_eq!(reply, b"ok");
+            slowest = slowest.max(t.elapsed());
+        }
+        let total = start.elapsed();
+        let flooding = flooders.iter().all(|f| !f.is_finished());
+        stop.store(true, Ordering::Relaxed);
+        let sent: u64 = flooders.into_iter().map(|f| f.join().unwrap()).sum();
+        server.shutdown();
+        let handled = worker.join().unwrap();
+        println!(
+            "MEASURED 20 round trips during a flood of {sent} requests ({handled} handled): \
+             slowest {slowest:?}, all {total:?}"
+        );
+        assert!(flooding, "a flooder stopped early");
+        assert!(sent > 20 * 64, "the flood was not a flood: {sent} requests");
+    }
+
+    #[test]
+    fn a_message_over_max_msg_size_ends_its_connection_and_nothing_else() {
+        let (server, mut rx, ep) = bind(|c| c.max_msg_size = 4096);
+        let big = send(&ep, vec![1; 8192], Duration::from_secs(2));
+        assert!(matches!(big.join().unwrap(), Err(Error::Timeout(_))));
+        assert!(
+            rx.try_recv().is_err(),
+            "an oversized request reached the queue"
+        );
+        let small = send(&ep, vec![2; 100], PATIENCE);
+        let inc = next(&mut rx, PATIENCE).expect("a request within the limit");
+        assert_eq!(&*inc.body, &[2; 100][..]);
+        server.reply(inc.peer.clone(), b"ok".to_vec()).unwrap();
+        assert_eq!(small.join().unwrap().unwrap(), b"ok");
+    }
+
+    #[test]
+    fn large_bodies_stay_in_their_libzmq_message_and_small_ones_are_copied() {
+        let (server, mut rx, ep) = bind(|_| {});
+        let large: Vec<u8> = (0..(1 << 20)).map(|i| (i % 251) as u8).collect();
+        for body in [vec![9; 100], large] {
+            let client = send(&ep, body.clone(), PATIENCE);
+            let inc = next(&mut rx, PATIENCE).expect("the request");
+            assert_eq!(&*inc.body, &body[..]);
+            assert_eq!(
+                matches!(inc.body.0, BodyRepr::Zmq(_)),
+                body.len() > Body::COPY_MAX
+            );
+            server.reply(inc.peer.clone(), b"ok".to_vec()).unwrap();
+            assert_eq!(client.join().unwrap().unwrap(), b"ok");
         }
     }
 }

@@ -261,7 +261,11 @@ pub fn parse_frame(buf: &[u8], max: usize) -> Result<Option<(Frame<'_>, usize)>,
     let Some(size) = usize::try_from(size).ok().filter(|&s| s <= max) else {
         return err(format!("frame of {size} bytes exceeds {max}"));
     };
-    let Some(body) = buf.get(header..header + size) else {
+    // Only a limit near `usize::MAX` lets this overflow (found by fuzzing).
+    let Some(end) = usize::checked_add(header, size) else {
+        return err(format!("frame of {size} bytes is larger than any buffer"));
+    };
+    let Some(body) = buf.get(header..end) else {
         return Ok(None);
     };
     Ok(Some((
@@ -270,7 +274,7 @@ pub fn parse_frame(buf: &[u8], max: usize) -> Result<Option<(Frame<'_>, usize)>,
             command: flags & FLAG_COMMAND != 0,
             body,
         },
-        header + size,
+        end,
     )))
 }
 
@@ -444,6 +448,8 @@ mod tests {
         assert!(parse_frame(&huge, MAX).is_err());
         assert!(parse_frame(&[0x80, 0], MAX).is_err());
         assert!(parse_frame(&[0, 200], 100).is_err());
+        // Without a limit, a size whose end overflows is refused, not a panic.
+        assert!(parse_frame(&huge, usize::MAX).is_err());
     }
 
     #[test]

@@ -25,13 +25,15 @@ fn plain_server() -> PubServer {
     server(1000, None, Duration::from_secs(30))
 }
 
-/// PINGs every 50 ms, silence for 300 ms drops the peer.
+/// The heartbeat tests' interval: many PINGs in a short test.
+const HB_IVL: Duration = Duration::from_millis(50);
+/// The heartbeat tests' silence timeout: 20 intervals, so that a loaded machine's
+/// scheduling delays (of either end) are not mistaken for a dead peer.
+const HB_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// PINGs every [`HB_IVL`], silence for [`HB_TIMEOUT`] drops the peer.
 fn heartbeat_server() -> PubServer {
-    server(
-        1000,
-        Some(Duration::from_millis(50)),
-        Duration::from_millis(300),
-    )
+    server(1000, Some(HB_IVL), HB_TIMEOUT)
 }
 
 fn sub(ctx: &zmq::Context, srv: &PubServer, topic: &[u8]) -> zmq::Socket {
@@ -262,12 +264,29 @@ fn zmtp_3_1_subscribe_commands_and_pings_are_understood() {
 #[test]
 fn heartbeats_go_out_and_silent_peers_are_dropped() {
     let srv = heartbeat_server();
+    // Before our handshake: the server cannot have heard from us earlier than this.
+    let started = Instant::now();
     let mut raw = Raw::handshaken(&srv, SocketType::Sub, 0);
-    let ping = raw.frame().expect("a PING");
-    assert_eq!(ping, (true, zmtp::command_body("PING", b"\0\0")));
-    assert_eq!(srv.subscribers(), 1);
-    // Never answering: the server gives up after the timeout.
+    // Never answering: PINGs keep coming until the server gives up and closes.
+    let mut pings = 0;
+    while let Some(frame) = raw.frame() {
+        assert_eq!(frame, (true, zmtp::command_body("PING", b"\0\0")));
+        pings += 1;
+        if pings == 1 {
+            assert_eq!(srv.subscribers(), 1);
+        }
+    }
+    let lived = started.elapsed();
     assert!(raw.closed_by_server(), "silent peer never dropped");
+    println!("MEASURED silent peer dropped after {lived:?} and {pings} PINGs");
+    assert!(
+        pings >= 2,
+        "heartbeats repeat until the drop; got {pings} PING"
+    );
+    assert!(
+        lived >= HB_TIMEOUT,
+        "dropped after {lived:?}, before {HB_TIMEOUT:?} of silence"
+    );
     wait_for("the registry to forget it", || srv.subscribers() == 0);
 }
 
@@ -277,8 +296,9 @@ fn libzmq_subscriber_with_heartbeats_stays_connected() {
     let ctx = zmq::Context::new();
     let s = ctx.socket(zmq::SUB).unwrap();
     s.set_rcvtimeo(100).unwrap();
-    s.set_heartbeat_ivl(50).unwrap();
-    s.set_heartbeat_timeout(300).unwrap();
+    s.set_heartbeat_ivl(HB_IVL.as_millis() as i32).unwrap();
+    s.set_heartbeat_timeout(HB_TIMEOUT.as_millis() as i32)
+        .unwrap();
     s.set_subscribe(b"").unwrap();
     s.monitor(
         "inproc://hb-mon",
@@ -289,7 +309,9 @@ fn libzmq_subscriber_with_heartbeats_stays_connected() {
     mon.connect("inproc://hb-mon").unwrap();
     s.connect(&format!("tcp://{}", srv.local_addr())).unwrap();
     sync_probe(&srv, &[&s], b"probe");
-    std::thread::sleep(Duration::from_millis(1500));
+    // Three timeouts' worth of heartbeats both ways: a server that stopped counting the
+    // subscriber's PONGs and PINGs as signs of life would have dropped it by now.
+    std::thread::sleep(3 * HB_TIMEOUT);
     srv.publish(b"still here".to_vec()).unwrap();
     assert_eq!(recv_skipping(&s, b"probe").unwrap(), b"still here");
     let mut events = Vec::new();
@@ -312,8 +334,9 @@ fn a_server_without_heartbeats_answers_a_subscribers_pings() {
     let ctx = zmq::Context::new();
     let s = ctx.socket(zmq::SUB).unwrap();
     s.set_rcvtimeo(100).unwrap();
-    s.set_heartbeat_ivl(50).unwrap();
-    s.set_heartbeat_timeout(200).unwrap();
+    s.set_heartbeat_ivl(HB_IVL.as_millis() as i32).unwrap();
+    s.set_heartbeat_timeout(HB_TIMEOUT.as_millis() as i32)
+        .unwrap();
     s.set_subscribe(b"").unwrap();
     s.monitor(
         "inproc://hb-plain-mon",
@@ -324,8 +347,8 @@ fn a_server_without_heartbeats_answers_a_subscribers_pings() {
     mon.connect("inproc://hb-plain-mon").unwrap();
     s.connect(&format!("tcp://{}", srv.local_addr())).unwrap();
     sync_probe(&srv, &[&s], b"probe");
-    // Many heartbeat timeouts long, with nothing published meanwhile.
-    std::thread::sleep(Duration::from_millis(1500));
+    // Three heartbeat timeouts long, with nothing published meanwhile.
+    std::thread::sleep(3 * HB_TIMEOUT);
     assert!(
         mon.recv_multipart(zmq::DONTWAIT).is_err(),
         "the subscriber's heartbeat timed out"

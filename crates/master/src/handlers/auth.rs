@@ -8,16 +8,35 @@
 //! master public key by the signing pair ([`pub_key_signature`], set up once at start).
 //! Deviation from Salt: the signature is computed once per algorithm and cached, not on
 //! every sign-in (the signed key never changes while the master runs).
+//!
+//! `_auth` needs no credentials, so what it stores is bounded. Deviations from Salt:
+//! - A presented key that does not parse as an RSA public key is refused before anything
+//!   else (signed `ret: False`, Salt's `Corrupt or missing public key` line at WARNING, no
+//!   `salt/auth` event) and stored nowhere. Salt stores any text as a pending key (or as a
+//!   denied key of a known id) and only fails when the key is accepted.
+//! - At most `max_pending_keys` keys wait in `minions_pre/` (a Halite option, 10,000 by
+//!   default, 0 for no limit; see `halite_config::DEFAULT_MAX_PENDING_KEYS`). When that many
+//!   are pending, a sign-in that would store a new pending key is answered `full` (what
+//!   Salt answers at `max_minions`: a minion logs it and tries again later; it does not
+//!   exit) with a `salt/auth` event whose `act` is `full`, and nothing is stored. The first
+//!   refusal is logged at WARNING, later ones at DEBUG, until a place frees up (a key is
+//!   accepted, rejected or deleted). Ids whose key is already pending or accepted are not
+//!   affected, nor are `auto_accept`/`autosign_file` sign-ins, which never wait.
+//! - A key presented for an id whose accepted or pending key differs is denied as in
+//!   Salt (CVE-2016-9639: never swapped): the stored key stays, the new one is recorded
+//!   once in `minions_denied/`, and the minion gets a signed `ret: False`.
 
 use crate::dispatch::bad_load;
+use crate::keys::PendingPlace;
 use crate::Master;
 use halite_config::MasterConfig;
 use halite_keystore::KeyStore;
 use halite_proto::auth::{self, Decision, KeyState, Policy, Store};
 use halite_proto::envelope::{self, AcceptKeys, AuthRequest};
+use halite_proto::pem::clean_key;
 use halite_proto::rsa::{PublicKey, SigAlgo};
 use halite_proto::signing::{self, PubKeySignature};
-use halite_proto::value::s;
+use halite_proto::value::{self, s};
 use halite_proto::Value;
 use std::time::SystemTime;
 
@@ -119,6 +138,12 @@ impl Master {
             return envelope::ret_reply(&self.key, req, Value::from(false));
         }
         tracing::info!("Authentication request from {id}");
+        if let Err(e) = PublicKey::from_pem(clean_key(&req.pub_pem).as_bytes()) {
+            tracing::warn!(
+                "Corrupt or missing public key \"{id}\": {e}; the sign-in is refused and nothing is stored"
+            );
+            return envelope::ret_reply(&self.key, req, Value::from(false));
+        }
         let policy = Policy {
             open_mode: self.cfg.open_mode,
             autosign: self.cfg.auto_accept || self.listed_in(self.cfg.autosign_file.as_deref(), id),
@@ -137,6 +162,17 @@ impl Master {
             &req.pub_pem,
             policy,
         );
+        let new_pending = decision
+            == Decision::Pend {
+                store: Store::Key(KeyState::Pending),
+            };
+        if new_pending {
+            if let PendingPlace::Full { first } =
+                self.keys.reserve_pending(self.cfg.max_pending_keys)
+            {
+                return self.refuse_pending(req, first);
+            }
+        }
         self.log_decision(id, stored.as_ref().map(|(st, _)| *st), decision);
         let persisted = match decision.store() {
             Store::Nothing => Ok(()),
@@ -162,6 +198,9 @@ impl Master {
         };
         if let Err(e) = persisted {
             tracing::error!("Could not store the key of {id}: {e}");
+            if new_pending {
+                self.keys.release_pending();
+            }
         }
         let reply = match decision {
             Decision::Accept { .. } => self.accept(req)?,
@@ -171,19 +210,41 @@ impl Master {
             }
             Decision::Full => envelope::ret_reply(&self.key, req, s("full"))?,
         };
-        if self.cfg.auth_events {
-            let mut data = vec![
-                (s("result"), Value::from(decision.result())),
-                (s("act"), s(decision.act())),
-                (s("id"), s(id)),
-                (s("pub"), s(req.pub_pem.clone())),
-            ];
-            if let Some(g) = &req.autosign_grains {
-                data.push((s("autosign_grains"), g.clone()));
-            }
-            self.events.fire("salt/auth", Value::Map(data));
-        }
+        self.fire_auth_event(req, decision);
         Ok(reply)
+    }
+
+    /// `salt/auth` for `decision` (with `auth_events`).
+    fn fire_auth_event(&self, req: &AuthRequest, decision: Decision) {
+        if !self.cfg.auth_events {
+            return;
+        }
+        let mut data = vec![
+            (s("result"), Value::from(decision.result())),
+            (s("act"), s(decision.act())),
+            (s("id"), s(req.id.clone())),
+            (s("pub"), s(req.pub_pem.clone())),
+        ];
+        if let Some(g) = &req.autosign_grains {
+            data.push((s("autosign_grains"), g.clone()));
+        }
+        self.events.fire("salt/auth", Value::Map(data));
+    }
+
+    /// The answer to a sign-in that would store a pending key past `max_pending_keys`.
+    fn refuse_pending(&self, req: &AuthRequest, first: bool) -> halite_proto::Result<Value> {
+        let max = self.cfg.max_pending_keys;
+        if first {
+            tracing::warn!(
+                "{max} keys are pending (max_pending_keys): new keys are refused until pending keys are accepted, rejected or deleted"
+            );
+        }
+        tracing::debug!(
+            "New public key for {} refused: max_pending_keys ({max}) reached",
+            req.id
+        );
+        self.fire_auth_event(req, Decision::Full);
+        envelope::ret_reply(&self.key, req, s("full"))
     }
 
     fn accept(&self, req: &AuthRequest) -> halite_proto::Result<Value> {
@@ -233,6 +294,40 @@ impl Master {
             ),
             (Decision::Full, _) => tracing::info!("Too many minions connected. Rejecting connection from id {id}"),
         }
+    }
+
+    /// `request_server_ttl` (`ReqServerChannel.handle_message`): whether an encrypted
+    /// request from `id` is refused because its `ts` is older than the ttl. Always false
+    /// with the option at 0 (Salt's default). Deviation: a request without a numeric `ts`
+    /// is refused with a log line (Salt fails on it with an exception).
+    pub(crate) fn request_expired(&self, id: &str, load: &Value) -> bool {
+        let ttl = self.cfg.request_server_ttl;
+        if ttl == 0 {
+            return false;
+        }
+        let ts = match value::get(load, "ts") {
+            Some(Value::Integer(i)) => i.as_f64(),
+            Some(Value::F64(f)) => Some(*f),
+            _ => None,
+        };
+        let Some(ts) = ts else {
+            tracing::warn!(
+                "Received request from {id} without a timestamp; refused (request_server_ttl is set)"
+            );
+            return true;
+        };
+        let now = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0.0, |d| d.as_secs_f64());
+        let age = now - ts;
+        let expired = age > ttl as f64;
+        if expired {
+            tracing::warn!(
+                "Received request from {id} with expired ttl: {} > {ttl}",
+                age.trunc()
+            );
+        }
+        expired
     }
 
     /// `check_signing_file`: a line of the autosign/autoreject file that equals the id,

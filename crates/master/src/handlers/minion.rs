@@ -39,7 +39,10 @@ impl Master {
                 ("tgt_type", s("glob")),
                 ("jid", s(jid.clone())),
             ]);
-            self.jobs.save_load(&jid, job, vec![call.id.to_owned()]);
+            // The return itself is kept either way (the writer retries it).
+            if let Err(e) = self.jobs.save_load(&jid, job, vec![call.id.to_owned()]) {
+                tracing::warn!("The job of {}'s return {jid} is not stored: {e}", call.id);
+            }
             jid
         } else if halite_proto::jid::is_jid(&jid) {
             jid

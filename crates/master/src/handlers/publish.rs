@@ -3,9 +3,16 @@
 //! from minions, and the jobs runners send.
 //!
 //! A job's life here: expected minions from the accepted keys and the grains cache
-//! (`CkMinions.check_minions`), a jid, `salt/job/<jid>/new`, the `local_cache` load (before
-//! the reply: the stock `salt` CLI reads it right after), the publish load built as
+//! (`CkMinions.check_minions`), a jid, the `local_cache` load (before the reply: the stock
+//! `salt` CLI reads it right after), `salt/job/<jid>/new`, the publish load built as
 //! `ClearFuncs._prep_pub` builds it, `salt/job/<jid>/publish`, and the signed publish.
+//!
+//! When the job cache cannot take the job (its load cannot be written, or the job-cache
+//! writer is failing), the job is refused before anything is fired or published, as Salt
+//! refuses it when `prep_jid` cannot store a jid. Salt answers the `salt` CLI with its
+//! generic "Some exception handling minion payload"; Halite answers `{"error": ...}` with
+//! [`PREP_JID_FAILED`] and the path that failed, which the stock CLI prints the same way
+//! (`PublishError`, exit code 0).
 
 use crate::access::{Caller, Refusal};
 use crate::credentials::Credentials;
@@ -13,6 +20,10 @@ use crate::dispatch::{ClearCall, ClearReply};
 use crate::Master;
 use halite_proto::value::{self, map, s};
 use halite_proto::Value;
+
+/// What Salt's `local_cache.prep_jid` logs when it cannot store a jid. The error of a job
+/// refused because the job cache cannot take it starts with it, then names the path.
+pub const PREP_JID_FAILED: &str = "prep_jid could not store a jid";
 
 /// A clear load without the user's key and without the credentials in its `kwargs`: what
 /// is saved with a job and fired on the bus.
@@ -179,6 +190,8 @@ impl Master {
         let delimiter = value::get_str(&kwargs, "delimiter")
             .unwrap_or(":")
             .to_owned();
+        let ret = value::get(&load, "ret").cloned().unwrap_or(s(""));
+        let to = value::get(&load, "to").cloned();
         if minions.is_empty() {
             return Ok(Published {
                 jid: None,
@@ -190,6 +203,20 @@ impl Master {
             Some(j) if halite_proto::jid::is_jid(j) => j.to_owned(),
             _ => self.next_jid(),
         };
+        let mut saved = load;
+        value::set(&mut saved, "jid", s(jid.clone()));
+        // The job's user is the caller's, never the `user` the client wrote in its load.
+        value::set(&mut saved, "user", s(user));
+        if let WatchFor::Peer(id) = watch {
+            value::set(&mut saved, "id", s(id));
+        }
+        // Salt's `prep_jid`: the job cache takes the job before anything about it goes
+        // out; when it cannot, the job is refused and nothing is fired or published.
+        if let Err(e) = self.jobs.save_load(&jid, saved, minions.clone()) {
+            let refusal = format!("{PREP_JID_FAILED}: {e}");
+            tracing::error!("{refusal}; job {jid} refused");
+            return Err(refusal);
+        }
         let names = |v: &[String]| Value::Array(v.iter().map(|m| s(m.clone())).collect());
         self.events.fire(
             &format!("salt/job/{jid}/new"),
@@ -205,20 +232,28 @@ impl Master {
             ]),
         );
 
+        // Minions do not know the master's nodegroups: a target a client left unresolved
+        // (Salt's clients resolve them) goes out resolved, as `LocalClient._prep_pub`
+        // would have sent it.
+        let nodegroups = self.cfg.get("nodegroups").unwrap_or(&Value::Nil);
+        let (tgt, tgt_type) = match halite_target::resolve_nodegroups(&tgt, &tgt_type, nodegroups) {
+            Ok(Some(expr)) => (s(expr), "compound".to_owned()),
+            _ => (tgt, tgt_type),
+        };
         // The publish load, built as `ClearFuncs._prep_pub` builds it.
         let mut pub_load = vec![
             (s("fun"), fun.clone()),
             (s("arg"), arg.clone()),
             (s("tgt"), tgt.clone()),
             (s("jid"), s(jid.clone())),
-            (s("ret"), value::get(&load, "ret").cloned().unwrap_or(s(""))),
+            (s("ret"), ret),
         ];
         if delimiter != ":" {
             pub_load.push((s("delimiter"), s(delimiter)));
         }
         pub_load.push((s("tgt_type"), s(tgt_type)));
-        if let Some(to) = value::get(&load, "to") {
-            pub_load.push((s("to"), to.clone()));
+        if let Some(to) = to {
+            pub_load.push((s("to"), to));
         }
         for field in [
             "ret_config",
@@ -232,19 +267,15 @@ impl Master {
             }
         }
         pub_load.push((s("user"), s(user)));
-        let mut saved = load;
-        value::set(&mut saved, "jid", s(jid.clone()));
         match watch {
             WatchFor::Nobody => {}
             WatchFor::Runner => self.watch.register(&jid, &minions, None),
             WatchFor::Peer(id) => {
                 self.watch.register(&jid, &minions, Some(id));
                 pub_load.push((s("id"), s(id)));
-                value::set(&mut saved, "id", s(id));
             }
         }
         let pub_load = Value::Map(pub_load);
-        self.jobs.save_load(&jid, saved, minions.clone());
         tracing::info!(
             "User {user} Published command {} with jid {jid}",
             value::str_of(&fun).unwrap_or("?")
@@ -257,5 +288,100 @@ impl Master {
             minions,
             missing,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PREP_JID_FAILED;
+    use crate::jobs::JobSink;
+    use crate::testing::TestMaster;
+    use halite_proto::value::{self, map, s};
+    use halite_proto::Value;
+    use std::sync::Arc;
+
+    /// A job cache that cannot take jobs.
+    struct Unwritable;
+
+    const CAUSE: &str = "/srv/cache/jobs/ab/cd: Read-only file system (os error 30)";
+
+    impl JobSink for Unwritable {
+        fn save_load(&self, _: &str, _: Value, _: Vec<String>) -> Result<(), String> {
+            Err(CAUSE.to_owned())
+        }
+
+        fn add_return(&self, _: String, _: String, _: Vec<u8>) {}
+    }
+
+    #[test]
+    fn a_job_the_job_cache_cannot_take_is_refused_before_anything_goes_out() {
+        let tm = TestMaster::with_jobs("", |_| Arc::new(Unwritable));
+        tm.minion("m1");
+        let key = tm
+            .master
+            .client_keys
+            .iter()
+            .find(|(u, _)| u == "root")
+            .map(|(_, k)| k.clone())
+            .expect("root's key");
+        let reply = tm.clear(map([
+            ("cmd", s("publish")),
+            ("tgt", s("*")),
+            ("tgt_type", s("glob")),
+            ("fun", s("test.ping")),
+            ("arg", Value::Array(vec![])),
+            ("ret", s("")),
+            ("jid", s("")),
+            ("key", s(key)),
+            ("user", s("root")),
+        ]));
+        assert_eq!(
+            reply,
+            map([("error", s(format!("{PREP_JID_FAILED}: {CAUSE}")))])
+        );
+        assert!(tm.events.tags("salt/job/").is_empty(), "no job event fired");
+        assert!(
+            tm.wire.publishes.lock().unwrap().is_empty(),
+            "nothing published"
+        );
+        assert!(value::get(&reply, "load").is_none());
+    }
+
+    #[test]
+    fn nodegroups_a_client_left_unresolved_are_published_resolved() {
+        let tm = TestMaster::new("nodegroups:\n  webs: L@m1,m2\n");
+        tm.minion("m1");
+        tm.minion("m2");
+        let key = tm
+            .master
+            .client_keys
+            .iter()
+            .find(|(u, _)| u == "root")
+            .map(|(_, k)| k.clone())
+            .expect("root's key");
+        for (tgt, tgt_type, sent) in [
+            ("webs", "nodegroup", "L@m1,m2"),
+            ("N@webs or m3", "compound", "L@m1,m2 or m3"),
+        ] {
+            let reply = tm.clear(map([
+                ("cmd", s("publish")),
+                ("tgt", s(tgt)),
+                ("tgt_type", s(tgt_type)),
+                ("fun", s("test.ping")),
+                ("arg", Value::Array(vec![])),
+                ("ret", s("")),
+                ("jid", s("")),
+                ("key", s(key.clone())),
+                ("user", s("root")),
+            ]));
+            let load = value::get(&reply, "load").expect("published");
+            let jid = value::get_str(load, "jid").expect("a jid");
+            let published = tm
+                .events
+                .data(&format!("salt/job/{jid}/publish"))
+                .expect("the publish event");
+            assert_eq!(value::get_str(&published, "tgt"), Some(sent), "{tgt}");
+            assert_eq!(value::get_str(&published, "tgt_type"), Some("compound"));
+        }
     }
 }

@@ -8,6 +8,7 @@
 //! `salt/run/<jid>/ret` event, as in Salt.
 
 use crate::access::{Caller, Refusal};
+use crate::boundary;
 use crate::credentials::{AuthType, Credentials};
 use crate::dispatch::{ClearCall, ClearReply};
 use crate::handlers::publish::WatchFor;
@@ -122,18 +123,31 @@ impl Master {
             .name("runner".into())
             .spawn(move || {
                 let host = Host(&me);
-                let outcome = me.runners.run(
-                    &host,
-                    &RunCall {
-                        fun: &fun,
-                        arg,
-                        kwarg,
-                        user: &user,
-                        jid: &j,
-                    },
-                );
+                let call = RunCall {
+                    fun: &fun,
+                    arg,
+                    kwarg,
+                    user: &user,
+                    jid: &j,
+                };
+                // A runner that panics fails its call; its slot and its caller's reply
+                // are not lost (see `crate::boundary`).
+                let outcome =
+                    boundary::isolate(&me.stats, format_args!("the runner {fun}"), || {
+                        me.runners.run(&host, &call)
+                    })
+                    .unwrap_or_else(|| RunOutcome {
+                        ret: s(format!("Exception occurred in runner {fun}: it panicked")),
+                        success: false,
+                        retcode: Some(1),
+                        outputter: None,
+                    });
                 me.running_runners.fetch_sub(1, Ordering::SeqCst);
-                done(outcome);
+                boundary::isolate(
+                    &me.stats,
+                    format_args!("the reply of the runner {fun}"),
+                    || done(outcome),
+                );
             });
         if let Err(e) = spawned {
             self.running_runners.fetch_sub(1, Ordering::SeqCst);

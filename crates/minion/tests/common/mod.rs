@@ -128,6 +128,8 @@ struct State {
     bad_loads: AtomicU32,
     /// Answer every sign-in with "rejected".
     reject: AtomicBool,
+    /// How long the next `_pillar` reply is held back.
+    hold_pillar: Mutex<Duration>,
     stop: AtomicBool,
 }
 
@@ -160,6 +162,7 @@ impl FakeMaster {
             auths: AtomicU32::new(0),
             bad_loads: AtomicU32::new(0),
             reject: AtomicBool::new(false),
+            hold_pillar: Mutex::new(Duration::ZERO),
             stop: AtomicBool::new(false),
         });
         let ctx = zmq::Context::new();
@@ -201,6 +204,28 @@ impl FakeMaster {
     /// Rejects every sign-in from now on.
     pub fn reject_all(&self) {
         self.state.reject.store(true, Ordering::SeqCst);
+    }
+
+    /// Holds the next `_pillar` reply back for `d` (a master slow to answer a connecting
+    /// minion); nothing else is answered meanwhile.
+    pub fn hold_next_pillar(&self, d: Duration) {
+        *self.state.hold_pillar.lock().unwrap() = d;
+    }
+
+    /// The current publish AES key.
+    pub fn aes_key(&self) -> String {
+        self.state.aes.lock().unwrap().clone()
+    }
+
+    /// Publishes `load` with `serial` under the AES key `aes` (an old one, say), signed
+    /// by this master.
+    pub fn publish_under(&self, aes: &str, load: &Value, serial: i64) {
+        let mut load = load.clone();
+        value::set(&mut load, "serial", Value::from(serial));
+        let aes = Crypticle::new(aes).unwrap();
+        let frame =
+            publish_frame(&aes, &load, Some((&self.state.key, SigAlgo::Pkcs1v15Sha1))).unwrap();
+        self.xpub.send(frame, 0).unwrap();
     }
 
     /// Replaces the publish AES key (the minion must sign in again to read publishes).
@@ -300,10 +325,7 @@ fn serve(st: &State, router: &zmq::Socket, returns: &mpsc::Sender<Value>) {
 }
 
 fn answer(st: &State, body: &[u8], returns: &mpsc::Sender<Value>) -> Value {
-    let Ok(body) = value::decode(body) else {
-        return s("bad load");
-    };
-    match Request::parse(&body) {
+    match Request::parse(body, usize::MAX) {
         Ok(Request::Clear { load, .. }) => {
             st.auths.fetch_add(1, Ordering::SeqCst);
             let req = AuthRequest::parse(&load).unwrap();
@@ -339,12 +361,14 @@ fn answer(st: &State, body: &[u8], returns: &mpsc::Sender<Value>) -> Value {
             sig_algo,
             ..
         }) => {
-            let Ok(req) = open_aes_request(&st.session, &id, &blob) else {
+            let Ok(req) = open_aes_request(&st.session, id, blob) else {
                 return s("bad load");
             };
             let nonce = req.nonce.unwrap_or_default();
             match value::get_str(&req.load, "cmd") {
                 Some("_pillar") => {
+                    let hold = std::mem::take(&mut *st.hold_pillar.lock().unwrap());
+                    std::thread::sleep(hold);
                     let minion_pub = st.minion_pub.lock().unwrap().clone().unwrap();
                     pillar_reply(
                         &st.key,
