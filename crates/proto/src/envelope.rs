@@ -48,7 +48,7 @@ impl<'a> Request<'a> {
     /// decoding more than it needs: the top level must be a map (anything else is refused
     /// from its first byte); its entries are read as raw bytes ([`value::RawMap`], no
     /// allocation); an encrypted request's `id` and `load` are borrowed from `body`; a
-    /// clear request's load is decoded (within [`value::Budget::for_input`] of its
+    /// clear request's load is decoded (within [`value::Budget::for_clear`] of its
     /// length) only when the whole body is at most `max_clear` bytes, else
     /// [`Error::TooLarge`]. A body over `max_clear` can only be an encrypted request, whose
     /// envelope holds no array or map: the first one met ends the parse with
@@ -103,7 +103,7 @@ impl<'a> Request<'a> {
                     return Err(Error::Malformed("clear load is not a map".into()));
                 }
                 Ok(Self::Clear {
-                    load: value::decode(load)?,
+                    load: value::decode_with(load, value::Budget::for_clear(load.len()))?,
                     version,
                 })
             }

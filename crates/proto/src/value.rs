@@ -12,14 +12,20 @@
 //! the event bus) and costs memory in proportion to the bytes it is given, whatever they
 //! declare:
 //!
-//! - [`decode`] builds at most [`Budget::for_input`] values: one per
-//!   [`BYTES_PER_ELEMENT`] input bytes plus [`ELEMENT_ALLOWANCE`] (map keys count). A
-//!   [`Value`] is 40 bytes, so the tree costs at most ~10× the input plus
-//!   40 KiB, and the string and blob contents at most the input (plus the allocator's
-//!   per-allocation overhead); a flat array of 16,000,000 nils, which decodes to 640 MB
-//!   with a plain decoder, is refused after 4,001,024 elements. Real Salt messages use far
-//!   fewer (measured on stock 3008.3 loads: 5.5 bytes per element for a `publish` with
-//!   arguments, 30–70 for `_auth`, thousands for `salt-cp` chunks).
+//! - [`decode`] builds at most [`Budget::for_input`] values: one per input byte plus
+//!   [`ELEMENT_ALLOWANCE`] (map keys count). Every msgpack value takes at least one byte,
+//!   so no valid message is refused, and as a [`Value`] is 40 bytes the tree costs at most
+//!   40× the input plus 40 KiB (string and blob contents at most the input). This is the
+//!   budget for what has been authenticated (a minion's decrypted load) or comes from a
+//!   local socket: a job may well return a list of 10,000 small integers.
+//! - Unauthenticated loads (clear requests: `_auth`, a CLI's `publish`) are decoded within
+//!   [`Budget::for_clear`]: one value per [`BYTES_PER_ELEMENT`] input bytes plus
+//!   [`ELEMENT_ALLOWANCE`], ~10× the input; a flat array of 1,000,000 nils is refused
+//!   after 251,025 elements. Real Salt clear loads use far fewer (measured on stock
+//!   3008.3: 5.5 bytes per element for a `publish` with arguments, 30–70 for `_auth`,
+//!   thousands for `salt-cp` chunks). Their size is limited before any of this
+//!   (`max_clear_request_size`), and an encrypted request's load is not decoded before it
+//!   is authenticated ([`crate::envelope::Request::parse`]).
 //! - A declared array, map, string, binary or ext length is checked against the bytes
 //!   that are left and against the element budget before anything is allocated for it.
 //! - Containers nest at most [`MAX_DEPTH`] deep (the decoder recurses once per level).
@@ -38,7 +44,7 @@ use rmpv::{Utf8String, Value};
 /// Containers nested deeper than this are refused (the decoder recurses once per level).
 pub const MAX_DEPTH: usize = 128;
 
-/// Input bytes per element of the default budget ([`Budget::for_input`]).
+/// Input bytes per element of the unauthenticated budget ([`Budget::for_clear`]).
 pub const BYTES_PER_ELEMENT: usize = 4;
 
 /// Elements allowed beyond one per [`BYTES_PER_ELEMENT`] input bytes, so small messages
@@ -55,9 +61,18 @@ pub struct Budget {
 }
 
 impl Budget {
-    /// The default budget for `len` input bytes: `len / BYTES_PER_ELEMENT +
-    /// ELEMENT_ALLOWANCE` elements, [`MAX_DEPTH`] levels.
+    /// The default budget for `len` input bytes: `len + ELEMENT_ALLOWANCE` elements (any
+    /// valid message fits), [`MAX_DEPTH`] levels.
     pub const fn for_input(len: usize) -> Budget {
+        Budget {
+            elements: len.saturating_add(ELEMENT_ALLOWANCE),
+            depth: MAX_DEPTH,
+        }
+    }
+
+    /// The budget of an unauthenticated load of `len` bytes: `len / BYTES_PER_ELEMENT +
+    /// ELEMENT_ALLOWANCE` elements, [`MAX_DEPTH`] levels.
+    pub const fn for_clear(len: usize) -> Budget {
         Budget {
             elements: len / BYTES_PER_ELEMENT + ELEMENT_ALLOWANCE,
             depth: MAX_DEPTH,
@@ -591,16 +606,28 @@ mod tests {
     }
 
     #[test]
+    fn authenticated_loads_of_many_small_values_decode() {
+        // A minion's return of 0..10,000 (1 to 3 bytes per integer) inside its load: the
+        // default budget refuses no valid message.
+        let ret = Value::Array((0..10_000).map(Value::from).collect());
+        let load = Value::Map(vec![(s("return"), ret.clone()), (s("id"), s("m1"))]);
+        let decoded = decode(&encode(&load)).unwrap();
+        assert_eq!(get(&decoded, "return"), Some(&ret));
+    }
+
+    #[test]
     fn a_flat_array_of_zeros_is_refused_when_the_element_budget_runs_out() {
         // The attack, scaled down: one byte per element decodes to 40 bytes each.
         let n: usize = 1_000_000;
         let mut wire = vec![0xdd];
         wire.extend_from_slice(&u32::try_from(n).unwrap().to_be_bytes());
         wire.resize(5 + n, 0);
-        let budget = Budget::for_input(wire.len());
+        let budget = Budget::for_clear(wire.len());
         assert_eq!(budget.elements, (5 + n) / 4 + 1024);
-        let err = msg(decode(&wire));
+        let err = msg(decode_with(&wire, budget));
         assert!(err.contains("more than 251025 elements"), "{err}");
+        // The default budget takes any valid message: every value is at least one byte.
+        assert!(matches!(decode(&wire), Ok(Value::Array(a)) if a.len() == n));
         // The same array within an explicit larger budget decodes.
         let big = Budget {
             elements: n + 1,
@@ -666,7 +693,7 @@ mod tests {
         // A count within the bytes left but beyond the budget is a budget error.
         let mut wire = vec![0xdc, 0x27, 0x10];
         wire.resize(3 + 10_000, 0xc0);
-        assert!(msg(decode(&wire)).contains("elements"));
+        assert!(msg(decode_with(&wire, Budget::for_clear(wire.len()))).contains("elements"));
     }
 
     #[test]
