@@ -211,6 +211,22 @@ pub(crate) fn derived_dirs(
     Ok(())
 }
 
+/// `transport`: Halite speaks Salt's `zeromq` transport only. Salt's `tcp` and `ws`
+/// transports frame messages differently, so a daemon started with them would listen in
+/// a language its peers do not speak: refused at start, not ignored.
+pub(crate) fn supported_transport(reader: &Reader<'_>) -> Result<(), ConfigError> {
+    match reader.opt_string("transport")?.as_deref() {
+        None | Some("zeromq") => Ok(()),
+        Some(other) => Err(ConfigError::Unsupported {
+            option: "transport".to_owned(),
+            origin: reader.origins.of("transport"),
+            reason: format!(
+                "Halite speaks the 'zeromq' transport only, not '{other}'; set 'transport: zeromq' on this daemon and its peers"
+            ),
+        }),
+    }
+}
+
 /// Salt's `get_id` (without `id_function`): the cached id under `root_dir`, else a
 /// generated one shaped by `minion_id_lowercase` / `minion_id_remove_domain`.
 /// Returns the id, its source, and whether it is an IPv4 address.

@@ -340,6 +340,7 @@ impl MasterConfig {
             opts: &opts,
             origins: &origins,
         };
+        apply::supported_transport(&reader)?;
         let auto_accept = reader.boolean("auto_accept")?;
         let open_mode = reader.boolean("open_mode")?;
         let mut worker_threads = reader.u32_min("worker_threads", 1, "a positive integer")?;

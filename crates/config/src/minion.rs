@@ -236,6 +236,7 @@ impl MinionConfig {
             opts: &opts,
             origins: &origins,
         };
+        apply::supported_transport(&reader)?;
         let master = match opts.get("master") {
             Some(Value::Array(items)) if !items.is_empty() => {
                 let mut list = Vec::with_capacity(items.len());

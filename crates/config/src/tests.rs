@@ -586,6 +586,32 @@ fn id_function_is_refused() {
     assert!(matches!(err, ConfigError::Unsupported { .. }), "{err:?}");
 }
 
+#[test]
+fn transports_other_than_zeromq_are_refused_naming_the_file() {
+    for (text, ok) in [
+        ("", true),
+        ("transport: zeromq\n", true),
+        ("transport: tcp\n", false),
+        ("transport: ws\n", false),
+    ] {
+        let yaml = format!("root_dir: /nonexistent-root\nid: m\n{text}");
+        let master = MasterConfig::from_yaml_str(&yaml, Path::new("/m/master"));
+        let minion = MinionConfig::from_yaml_str(&yaml, Path::new("/m/minion"));
+        assert_eq!(master.is_ok(), ok, "{text}: {master:?}");
+        assert_eq!(minion.is_ok(), ok, "{text}: {minion:?}");
+        if let Err(e) = master {
+            let msg = e.to_string();
+            assert!(
+                matches!(e, ConfigError::Unsupported { ref option, .. } if option == "transport")
+            );
+            assert!(
+                msg.contains("/m/master") && msg.contains("'zeromq' transport only"),
+                "{msg}"
+            );
+        }
+    }
+}
+
 /// Captured from Salt 3008.3: minion.d merges grains recursively, numeric ids become
 /// strings with Salt's leading-zero rule, a master list stays a list.
 #[test]

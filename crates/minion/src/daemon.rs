@@ -68,8 +68,8 @@ use crate::shutdown::Shutdown;
 use crate::spool::Spool;
 use crate::topology::{settings_for, FailoverOrder, MasterEntry, Plan};
 use crate::transport::{
-    ping_master, resolve, unresolvable_message, MasterAddr, PubEvent, ReqSocket, Resolved,
-    Subscription,
+    ping_master, resolve, unresolvable_message, MasterAddr, PubEvent, Readiness, ReqSocket,
+    Resolved, Subscription,
 };
 use crate::Error;
 use halite_bus::BusHandle;
@@ -92,6 +92,11 @@ const POLL_INTERVAL: Duration = Duration::from_millis(250);
 /// How far a poll of the publish socket may overrun [`POLL_INTERVAL`] before the control
 /// thread counts itself as having been stopped meanwhile (the stale-publish rule).
 const STALL: Duration = Duration::from_secs(1);
+
+/// How long a minion waits for its publish connection before announcing itself: on a
+/// working network the handshake takes milliseconds; a publish port that cannot be
+/// reached only delays the start event by this much.
+const SUBSCRIBE_WAIT: Duration = Duration::from_secs(3);
 
 /// Fires `tag` with `{"master": master}` on the minion bus, as Salt's `master_event`s.
 fn fire(bus: &BusHandle, tag: &str, master: &str) {
@@ -613,6 +618,13 @@ impl Daemon {
         };
         let subscribed_at = Instant::now();
         let sub = Subscription::connect(&shared.ctx, &master.uri(port), settings)?;
+        if sub.wait_ready(SUBSCRIBE_WAIT) == Readiness::Unknown {
+            tracing::debug!(
+                "The publish connection to {} is not known to be up after {} s; going on",
+                entry.host,
+                crate::auth::secs(SUBSCRIBE_WAIT)
+            );
+        }
         fire(&self.bus, "__master_connected", &entry.host);
 
         let channel = Arc::new(Channel::new(

@@ -79,8 +79,12 @@ impl Drop for JobThread {
     }
 }
 
-/// Removes a job's table entry and proc file when dropped, also when the job panicked.
-struct Entry<'a> {
+/// A job's table entry and proc file, removed when dropped (also when the job panicked).
+/// The job thread holds it until the return is sent, so `saltutil.find_job` never
+/// answers "not running" for a job whose return is still on its way (a stock minion's
+/// job process lives until it has returned).
+#[must_use = "the job is listed as running only while its entry is held"]
+pub struct Entry<'a> {
     jobs: &'a Jobs,
     jid: &'a str,
     proc_file: Option<PathBuf>,
@@ -134,20 +138,20 @@ impl Jobs {
         self.lock().abandoned
     }
 
-    /// Runs `exec` as job `jid`: listed in the table (and `proc_dir/<jid>`) while it runs,
-    /// removed afterwards whatever happens; a panic becomes Salt's exception return for
-    /// `fun`.
-    pub fn run_guarded(
-        &self,
-        jid: &str,
+    /// Runs `exec` as job `jid`, listed in the table (and `proc_dir/<jid>`) until the
+    /// returned [`Entry`] is dropped, whatever happens; a panic becomes Salt's exception
+    /// return for `fun`.
+    pub fn run_guarded<'a>(
+        &'a self,
+        jid: &'a str,
         proc_data: Value,
         handle: Arc<JobHandle>,
         proc_dir: &Path,
         fun: &str,
         exec: impl FnOnce() -> JobReturn,
-    ) -> JobReturn {
+    ) -> (JobReturn, Entry<'a>) {
         let proc_file = write_proc_file(proc_dir, jid, &proc_data);
-        let _entry = Entry {
+        let entry = Entry {
             jobs: self,
             jid,
             proc_file,
@@ -155,14 +159,15 @@ impl Jobs {
         self.lock()
             .running
             .insert(jid.to_owned(), (proc_data, handle));
-        match catch_unwind(AssertUnwindSafe(exec)) {
+        let ret = match catch_unwind(AssertUnwindSafe(exec)) {
             Ok(ret) => ret,
             Err(panic) => {
                 let what = panic_text(panic.as_ref());
                 tracing::warn!("{EXCEPTION_TEXT} (job {jid}, {fun}): {what}");
                 exception_return(fun, &what)
             }
-        }
+        };
+        (ret, entry)
     }
 
     /// Stops the jobs for shutdown: no job starts any more; waits up to `wait` for the
@@ -373,7 +378,8 @@ impl Runner {
         let fun = value::get(&load, "fun").unwrap_or(&nil);
         let arg = value::get(&load, "arg").unwrap_or(&nil);
         let fun_text = value::str_of(fun).map_or_else(|| fun.to_string(), str::to_owned);
-        let ret = self.jobs.run_guarded(
+        // Listed as running until the return has been sent (`_entry` drops last).
+        let (ret, _entry) = self.jobs.run_guarded(
             jid,
             proc_data,
             handle.clone(),
@@ -531,6 +537,7 @@ mod tests {
                 }
                 done()
             })
+            .0
         });
         started.recv().unwrap();
         (handle, thread)
@@ -569,7 +576,7 @@ mod tests {
     fn a_panicking_job_returns_salts_exception_and_leaves_no_table_entry() {
         let dir = tempfile::tempdir().unwrap();
         let jobs = Jobs::new();
-        let ret = jobs.run_guarded(
+        let (ret, entry) = jobs.run_guarded(
             "7",
             job("7"),
             JobHandle::new(),
@@ -581,6 +588,9 @@ mod tests {
                 panic!("boom in job {}", 7)
             },
         );
+        // Still listed while its return is on its way (find_job must not say it ended).
+        assert!(jobs.find("7").is_some() && dir.path().join("7").exists());
+        drop(entry);
         assert_eq!((ret.retcode, ret.success), (1, false));
         assert_eq!(ret.out.as_deref(), Some("nested"));
         let text = value::str_of(&ret.ret).unwrap();
@@ -598,7 +608,7 @@ mod tests {
         assert!(jobs.running().is_empty());
         assert!(!dir.path().join("7").exists(), "proc file left behind");
         // The table goes on serving jobs.
-        let ret = jobs.run_guarded(
+        let (ret, _) = jobs.run_guarded(
             "8",
             job("8"),
             JobHandle::new(),
@@ -607,7 +617,8 @@ mod tests {
             done,
         );
         assert_eq!(ret, done());
-        let ret = jobs.run_guarded("9", job("9"), JobHandle::new(), dir.path(), "t.x", || {
+        assert!(jobs.running().is_empty());
+        let (ret, _) = jobs.run_guarded("9", job("9"), JobHandle::new(), dir.path(), "t.x", || {
             std::panic::panic_any(42u8)
         });
         assert!(value::str_of(&ret.ret)

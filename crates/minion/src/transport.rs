@@ -313,15 +313,19 @@ fn monitor_endpoint() -> String {
     format!("inproc://halite-minion-monitor-{n}")
 }
 
+/// The event number of one monitor message (its first frame starts with it).
+fn monitor_event(parts: &[Vec<u8>]) -> Option<u16> {
+    parts
+        .first()
+        .and_then(|f| f.get(..2))
+        .map(|b| u16::from_le_bytes([b[0], b[1]]))
+}
+
 /// Reads what `monitor` holds without waiting; true if a disconnect was among it.
 fn drain_disconnects(monitor: &zmq::Socket) -> bool {
     let mut disconnected = false;
     while let Ok(parts) = monitor.recv_multipart(zmq::DONTWAIT) {
-        let event = parts
-            .first()
-            .and_then(|f| f.get(..2))
-            .map(|b| u16::from_le_bytes([b[0], b[1]]));
-        disconnected |= event == Some(zmq::SocketEvent::DISCONNECTED as u16);
+        disconnected |= monitor_event(&parts) == Some(zmq::SocketEvent::DISCONNECTED as u16);
     }
     disconnected
 }
@@ -448,6 +452,17 @@ pub enum PubEvent {
 pub struct Subscription {
     sub: zmq::Socket,
     monitor: Option<zmq::Socket>,
+    /// A disconnect [`Subscription::wait_ready`] read off the monitor, for the next poll.
+    lost_early: std::cell::Cell<bool>,
+}
+
+/// How [`Subscription::wait_ready`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Readiness {
+    /// The ZMTP handshake with the publisher completed: publishes from now on arrive.
+    Ready,
+    /// Not known to be up within the wait (or no monitor to tell).
+    Unknown,
 }
 
 impl Drop for Subscription {
@@ -496,8 +511,9 @@ impl Subscription {
             .map_err(zerr("maxmsgsize"))?;
         let monitor = if settings.zmq_monitor {
             let ep = monitor_endpoint();
-            sub.monitor(&ep, zmq::SocketEvent::DISCONNECTED as i32)
-                .map_err(zerr("monitor"))?;
+            let events = zmq::SocketEvent::DISCONNECTED as i32
+                | zmq::SocketEvent::HANDSHAKE_SUCCEEDED as i32;
+            sub.monitor(&ep, events).map_err(zerr("monitor"))?;
             let mon = ctx.socket(zmq::PAIR).map_err(zerr("create monitor"))?;
             mon.connect(&ep).map_err(zerr("connect monitor"))?;
             Some(mon)
@@ -505,7 +521,45 @@ impl Subscription {
             None
         };
         sub.connect(uri).map_err(zerr("connect"))?;
-        Ok(Subscription { sub, monitor })
+        Ok(Subscription {
+            sub,
+            monitor,
+            lost_early: std::cell::Cell::new(false),
+        })
+    }
+
+    /// Waits up to `wait` for the handshake with the publisher, so that what the minion
+    /// announces next (`salt/minion/<id>/start`) means its publishes reach it: a publish
+    /// sent before a subscriber's connection is up is not delivered to it (PUB/SUB). Without
+    /// a monitor (`zmq_monitor: False`) there is nothing to wait on.
+    pub fn wait_ready(&self, wait: Duration) -> Readiness {
+        let Some(mon) = &self.monitor else {
+            return Readiness::Unknown;
+        };
+        let deadline = Instant::now() + wait;
+        loop {
+            while let Ok(parts) = mon.recv_multipart(zmq::DONTWAIT) {
+                match monitor_event(&parts) {
+                    Some(e) if e == zmq::SocketEvent::HANDSHAKE_SUCCEEDED as u16 => {
+                        return Readiness::Ready
+                    }
+                    Some(e) if e == zmq::SocketEvent::DISCONNECTED as u16 => {
+                        self.lost_early.set(true);
+                        return Readiness::Unknown;
+                    }
+                    _ => {}
+                }
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Readiness::Unknown;
+            }
+            let ms = i64::try_from(left.as_millis()).unwrap_or(i64::MAX);
+            let mut items = [mon.as_poll_item(zmq::POLLIN)];
+            if zmq::poll(&mut items, ms).is_err() {
+                return Readiness::Unknown;
+            }
+        }
     }
 
     /// Waits up to `wait` and returns what arrived (possibly nothing).
@@ -517,6 +571,9 @@ impl Subscription {
         }
         zmq::poll(&mut items, ms).map_err(zerr("poll"))?;
         let mut out = Vec::new();
+        if self.lost_early.take() {
+            out.push(PubEvent::Disconnected);
+        }
         if items[0].is_readable() {
             while let Ok(parts) = self.sub.recv_multipart(zmq::DONTWAIT) {
                 // Salt's PublishClient reads frame by frame: a topic frame (zmq_filtering)
@@ -806,6 +863,39 @@ mod tests {
             });
             Relay { port, frozen }
         }
+    }
+
+    #[test]
+    fn wait_ready_reports_the_publish_handshake_and_only_it() {
+        let ctx = zmq::Context::new();
+        // Nothing listens: not ready, however long the minion would wait.
+        let closed = halite_testkit::free_ports(1)[0];
+        let s = settings("");
+        let sub = Subscription::connect(&ctx, &format!("tcp://127.0.0.1:{closed}"), &s).unwrap();
+        assert_eq!(
+            sub.wait_ready(Duration::from_millis(300)),
+            Readiness::Unknown
+        );
+        // A publisher: ready once the handshake is done, and publishes come through.
+        let publisher = ctx.socket(zmq::PUB).unwrap();
+        publisher.bind("tcp://127.0.0.1:*").unwrap();
+        let endpoint = publisher.get_last_endpoint().unwrap().unwrap();
+        let sub = Subscription::connect(&ctx, &endpoint, &s).unwrap();
+        let started = Instant::now();
+        assert_eq!(sub.wait_ready(Duration::from_secs(30)), Readiness::Ready);
+        eprintln!("MEASURED publish handshake after {:?}", started.elapsed());
+        let through = (0..100).any(|_| {
+            publisher.send("hello", 0).unwrap();
+            sub.poll(Duration::from_millis(50))
+                .unwrap()
+                .iter()
+                .any(|e| matches!(e, PubEvent::Frame(f) if f == b"hello"))
+        });
+        assert!(through, "no publish came through");
+        // Without a monitor there is nothing to wait on.
+        let unmonitored = settings("zmq_monitor: false\n");
+        let sub = Subscription::connect(&ctx, &endpoint, &unmonitored).unwrap();
+        assert_eq!(sub.wait_ready(Duration::from_secs(30)), Readiness::Unknown);
     }
 
     #[test]
