@@ -262,7 +262,8 @@ impl TestMinion {
         PeerId(self.id.as_bytes().to_vec())
     }
 
-    fn request(&self, load: Value) -> (Vec<u8>, String) {
+    /// An encrypted request body for `load`, and the nonce its reply answers.
+    pub fn request(&self, load: Value) -> (Vec<u8>, String) {
         let nonce = new_nonce();
         let who = Requester {
             id: &self.id,

@@ -22,6 +22,9 @@
 //!   refusal is logged at WARNING, later ones at DEBUG, until a place frees up (a key is
 //!   accepted, rejected or deleted). Ids whose key is already pending or accepted are not
 //!   affected, nor are `auto_accept`/`autosign_file` sign-ins, which never wait.
+//! - `max_minions` admits at most that many connected minions, as documented; Salt's
+//!   `_auth_impl` refuses only when more than `max_minions` are connected, so it admits
+//!   one more. Connected minions signing in again are never refused (as in Salt).
 //! - A key presented for an id whose accepted or pending key differs is denied as in
 //!   Salt (CVE-2016-9639: never swapped): the stored key stays, the new one is recorded
 //!   once in `minions_denied/`, and the minion gets a signed `ret: False`.
@@ -148,7 +151,7 @@ impl Master {
             open_mode: self.cfg.open_mode,
             autosign: self.cfg.auto_accept || self.listed_in(self.cfg.autosign_file.as_deref(), id),
             autoreject: self.listed_in(self.cfg.autoreject_file.as_deref(), id),
-            full: false,
+            full: self.minions_full(id),
         };
         let stored = match self.keys.store().get(id) {
             Ok(k) => k,
@@ -231,6 +234,19 @@ impl Master {
         self.events.fire("salt/auth", Value::Map(data));
     }
 
+    /// `max_minions`: that many minions are connected and `id` is not one of them.
+    /// Connected minions are counted only when the option is set (Salt's `connected_ids`,
+    /// [`Master::connected_minions`]).
+    fn minions_full(&self, id: &str) -> bool {
+        let max = self.cfg.max_minions;
+        if max == 0 {
+            return false;
+        }
+        let connected = self.connected_minions();
+        u64::try_from(connected.len()).unwrap_or(u64::MAX) >= max
+            && !connected.iter().any(|(m, _)| m == id)
+    }
+
     /// The answer to a sign-in that would store a pending key past `max_pending_keys`.
     fn refuse_pending(&self, req: &AuthRequest, first: bool) -> halite_proto::Result<Value> {
         let max = self.cfg.max_pending_keys;
@@ -292,7 +308,10 @@ impl Master {
             (Decision::Deny, _) => tracing::error!(
                 "Authentication attempt from {id} failed, the public keys did not match. This may be an attempt to compromise the Salt cluster."
             ),
-            (Decision::Full, _) => tracing::info!("Too many minions connected. Rejecting connection from id {id}"),
+            (Decision::Full, _) => tracing::info!(
+                "Too many minions connected (max_minions={}). Rejecting connection from id {id}",
+                self.cfg.max_minions
+            ),
         }
     }
 
@@ -443,6 +462,55 @@ mod tests {
             value::get_bytes(&inner, "pub_sig").unwrap(),
             SigAlgo::Pkcs1v15Sha1
         ));
+    }
+
+    /// Signs `id` in and reports its grains with a loopback `ipv4`, so that it counts as
+    /// connected (the fake wire's publish peer is 127.0.0.1).
+    fn connect(tm: &TestMaster, id: &str) {
+        let m = tm.minion(id);
+        // The reply (the pillar, sealed for the minion's key) does not matter here.
+        let (body, _) = m.request(map([
+            ("cmd", s("_pillar")),
+            ("id", s(id)),
+            (
+                "grains",
+                map([("ipv4", Value::Array(vec![s("127.0.0.1")]))]),
+            ),
+            ("ver", s("2")),
+        ]));
+        assert!(tm.master.handle_request(&body, &m.peer()).is_some());
+    }
+
+    #[test]
+    fn max_minions_admits_that_many_connected_minions_and_no_new_one() {
+        let tm = TestMaster::new("max_minions: 2\n");
+        connect(&tm, "m1");
+        connect(&tm, "m2");
+        assert_eq!(tm.master.connected_minions().len(), 2);
+        let refused = sign_in(&tm.master, "m3", SigAlgo::Pkcs1v15Sha1);
+        assert_eq!(value::get(&refused, "ret"), Some(&s("full")), "{refused:?}");
+        assert!(value::get(&refused, "aes").is_none());
+        let last_auth = tm
+            .events
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .rev()
+            .find(|(t, _)| t == "salt/auth")
+            .map(|(_, d)| d.clone())
+            .unwrap();
+        assert_eq!(value::get(&last_auth, "act"), Some(&s("full")));
+        assert_eq!(value::get(&last_auth, "id"), Some(&s("m3")));
+        // A connected minion signing in again is never refused.
+        // (`minion` panics unless the sign-in is accepted.)
+        tm.minion("m2");
+        // Without the option nobody is counted or refused.
+        let open = TestMaster::new("");
+        connect(&open, "m1");
+        connect(&open, "m2");
+        let m3 = sign_in(&open.master, "m3", SigAlgo::Pkcs1v15Sha1);
+        assert!(value::get(&m3, "aes").is_some(), "{m3:?}");
     }
 
     #[test]
