@@ -865,6 +865,17 @@ mod tests {
         }
     }
 
+    /// Publishes `hello` until `sub` receives it (up to 100 tries, 50 ms each).
+    fn comes_through(publisher: &zmq::Socket, sub: &Subscription) -> bool {
+        (0..100).any(|_| {
+            publisher.send("hello", 0).unwrap();
+            sub.poll(Duration::from_millis(50))
+                .unwrap()
+                .iter()
+                .any(|e| matches!(e, PubEvent::Frame(f) if f == b"hello"))
+        })
+    }
+
     #[test]
     fn wait_ready_reports_the_publish_handshake_and_only_it() {
         let ctx = zmq::Context::new();
@@ -884,13 +895,7 @@ mod tests {
         let started = Instant::now();
         assert_eq!(sub.wait_ready(Duration::from_secs(30)), Readiness::Ready);
         eprintln!("MEASURED publish handshake after {:?}", started.elapsed());
-        let through = (0..100).any(|_| {
-            publisher.send("hello", 0).unwrap();
-            sub.poll(Duration::from_millis(50))
-                .unwrap()
-                .iter()
-                .any(|e| matches!(e, PubEvent::Frame(f) if f == b"hello"))
-        });
+        let through = comes_through(&publisher, &sub);
         assert!(through, "no publish came through");
         // Without a monitor there is nothing to wait on.
         let unmonitored = settings("zmq_monitor: false\n");
@@ -910,13 +915,7 @@ mod tests {
         let sub =
             Subscription::connect(&ctx, &format!("tcp://127.0.0.1:{}", relay.port), &s).unwrap();
         // The link works: a publish comes through.
-        let through = (0..100).any(|_| {
-            publisher.send("hello", 0).unwrap();
-            sub.poll(Duration::from_millis(50))
-                .unwrap()
-                .iter()
-                .any(|e| matches!(e, PubEvent::Frame(f) if f == b"hello"))
-        });
+        let through = comes_through(&publisher, &sub);
         assert!(through, "no publish came through the relay");
         // Several heartbeat periods pass without a false alarm.
         let quiet_until = Instant::now() + Duration::from_secs(2);

@@ -26,6 +26,7 @@
 //! - Setup problems panic with the step, the path and a hint (this is a test harness: a
 //!   panic is the failure report), so the crate has no error type.
 
+pub mod compat_doc;
 mod netns;
 mod panic_note;
 mod paths;
