@@ -295,6 +295,27 @@ impl Master {
         ClearReply::Send(found.map_or(Value::Map(vec![]), |t| t.to_value()))
     }
 
+    /// The clear `rm_token` command (what Salt's `Resolver.rm_token` sends): removes the
+    /// token, so a logout through the HTTP API revokes it for every client, across
+    /// restarts. Knowing a token is what it takes to use it, so it is also what it takes to
+    /// revoke it. Answers whether a token was removed. A Halite extension: a stock master
+    /// has no such command (stock salt-api deletes the token file on the master's disk).
+    pub(crate) fn handle_rm_token(&self, call: ClearCall<'_>) -> ClearReply {
+        let token = value::get(call.load, "token")
+            .and_then(value::str_of)
+            .unwrap_or("");
+        if !halite_token::is_token_id(token) {
+            return ClearReply::Send(Value::Boolean(false));
+        }
+        match self.tokens.remove(token) {
+            Ok(removed) => ClearReply::Send(Value::Boolean(removed)),
+            Err(e) => {
+                tracing::warn!("Cannot remove an eauth token: {e}");
+                ClearReply::Send(Value::Boolean(false))
+            }
+        }
+    }
+
     /// The ACL backend `eauth` gives `name` in `groups` (empty when it is not enabled).
     fn eauth_acl(&self, eauth: &str, name: &str, groups: Option<&[String]>) -> Acl {
         match self.eauth.acl(eauth) {
@@ -525,6 +546,35 @@ mod tests {
         let expired = publish(&tm, "web1", "test.ping", map([("token", s(id.clone()))]));
         assert_eq!(error_name(&expired), Some("AuthenticationError"));
         assert_eq!(tm.master.tokens.len().unwrap(), 0);
+    }
+
+    #[test]
+    fn rm_token_revokes_a_token_for_every_later_request() {
+        let (tm, _dir) = eauth_master("token_expire: 3600\n");
+        let token = mk_token(&tm, "alice", "wonderland");
+        let id = value::get_str(&token, "token").unwrap().to_owned();
+        let other = mk_token(&tm, "alice", "wonderland");
+        let rm = |t: Value| tm.clear(map([("cmd", s("rm_token")), ("token", t)]));
+        // Only a well-formed token is looked for; nothing else is touched.
+        for bad in [s("../../etc/passwd"), s(""), Value::from(7)] {
+            assert_eq!(rm(bad), Value::Boolean(false));
+        }
+        assert_eq!(tm.master.tokens.len().unwrap(), 2);
+        assert_eq!(rm(s(id.clone())), Value::Boolean(true));
+        assert_eq!(rm(s(id.clone())), Value::Boolean(false), "already gone");
+        let got = tm.clear(map([("cmd", s("get_token")), ("token", s(id.clone()))]));
+        assert_eq!(got, Value::Map(vec![]));
+        let refused = publish(&tm, "web1", "test.ping", map([("token", s(id))]));
+        assert_eq!(error_name(&refused), Some("AuthenticationError"));
+        // The other session is untouched.
+        let other_id = value::get_str(&other, "token").unwrap().to_owned();
+        let jid = jid_of(&publish(
+            &tm,
+            "web1",
+            "test.ping",
+            map([("token", s(other_id))]),
+        ));
+        assert!(!jid.is_empty());
     }
 
     #[test]

@@ -71,6 +71,7 @@ const CLEAR_HANDLERS: &[(&str, ClearHandler)] = &[
     ("runner", Master::handle_runner),
     ("mk_token", Master::handle_mk_token),
     ("get_token", Master::handle_get_token),
+    ("rm_token", Master::handle_rm_token),
     ("ping", |_, c| ClearReply::Send(c.load.clone())),
     #[cfg(test)]
     (TEST_PANIC_COMMAND, |_, _| {
