@@ -25,6 +25,13 @@
 //! Targets: `-N/--nodegroup` and `N@` words in `-C` are resolved from the master config's
 //! `nodegroups` before publishing, as Salt's client resolves them.
 //!
+//! Returners: `--return a,b` is the publish's `ret`; `--return_config NAME` and
+//! `--return_kwargs YAML` (parsed as `salt` parses arguments) go in the publish request's
+//! `kwargs` as `ret_config` and `ret_kwargs`, which the master copies into the job, as
+//! with `salt` (a batch sends only `--return`, as Salt's does). Halite has no `--tag`
+//! shorthand: `--return_kwargs '{"tag": "monitoring"}'` says the same and is a command
+//! line stock `salt` accepts too.
+//!
 //! Deviations from Salt: `--progress` draws with indicatif instead of Python's
 //! `progressbar` (which stock Salt 3008.3 does not install, so its `--progress` prints
 //! nothing); an invalid `--batch` size is one line on stderr (Salt prints a traceback),
@@ -135,9 +142,17 @@ struct Cli {
     /// Show a progress bar of returns on stderr, then the summary.
     #[arg(short = 'p', long = "progress")]
     progress: bool,
-    /// Returner(s) for the job, comma-separated.
-    #[arg(long = "return")]
+    /// Returner(s) for the job, comma-separated: the minions also hand the return to
+    /// them (`master_bus`, `syslog`, `rawfile_json`).
+    #[arg(long = "return", value_name = "RETURNER")]
     return_: Option<String>,
+    /// Read the returners' options from `<RETURNER_CONF>.<returner>.<option>` first.
+    #[arg(long = "return_config", value_name = "RETURNER_CONF")]
+    return_config: Option<String>,
+    /// Returner options overriding the configured ones, as YAML or JSON
+    /// (`'{"tag": "monitoring"}'`).
+    #[arg(long = "return_kwargs", value_name = "RETURNER_KWARGS")]
+    return_kwargs: Option<String>,
     /// Separator between argument groups of a multi-function call.
     #[arg(long = "args-separator", default_value = ",")]
     args_separator: String,
@@ -301,6 +316,14 @@ fn build_job(cli: &Cli) -> Result<PublishRequest, Usage> {
     };
     let mut kwargs = vec![("delimiter".to_owned(), s(cli.delimiter.clone()))];
     kwargs.retain(|(_, v)| value::str_of(v) != Some(":"));
+    // `SaltCMD.run`: each only when given non-empty, `--return_kwargs` through
+    // `yamlify_arg`; the master copies both from `kwargs` into the publish.
+    if let Some(conf) = cli.return_config.as_deref().filter(|c| !c.is_empty()) {
+        kwargs.push(("ret_config".to_owned(), s(conf)));
+    }
+    if let Some(kw) = cli.return_kwargs.as_deref().filter(|k| !k.is_empty()) {
+        kwargs.push(("ret_kwargs".to_owned(), args::yamlify_arg(kw)));
+    }
     Ok(PublishRequest {
         tgt,
         tgt_type: tgt_type.to_owned(),
@@ -790,6 +813,51 @@ mod tests {
         );
         let cli = Cli::try_parse_from(["halite", "-N", "g", "test.ping"]).expect("parses");
         assert!(matches!(tgt_type(&cli), Ok("nodegroup")));
+    }
+
+    #[test]
+    fn returner_flags_become_ret_and_the_ret_config_and_ret_kwargs_kwargs() {
+        let cli = Cli::try_parse_from([
+            "halite",
+            "*",
+            "--return",
+            "master_bus,syslog",
+            "--return_config",
+            "alternative",
+            "--return_kwargs",
+            "{\"tag\": \"monitoring\", \"n\": 1}",
+            "cmd.run_all",
+            "echo ok; exit 2",
+        ])
+        .expect("parses");
+        let job = build_job(&cli).ok().expect("a job");
+        assert_eq!(job.ret, "master_bus,syslog");
+        assert_eq!(
+            job.kwargs,
+            vec![
+                ("ret_config".to_owned(), s("alternative")),
+                (
+                    "ret_kwargs".to_owned(),
+                    halite_proto::value::map([("tag", s("monitoring")), ("n", Value::from(1))])
+                ),
+            ]
+        );
+        // Empty values are not sent, as `salt` does not send them; a non-dict is kept.
+        let cli = Cli::try_parse_from([
+            "halite",
+            "--return_config=",
+            "--return_kwargs",
+            "",
+            "*",
+            "test.ping",
+        ])
+        .expect("parses");
+        let job = build_job(&cli).ok().expect("a job");
+        assert!(job.kwargs.is_empty() && job.ret.is_empty());
+        let cli = Cli::try_parse_from(["halite", "*", "test.ping", "--return_kwargs", "tag"])
+            .expect("parses");
+        let job = build_job(&cli).ok().expect("a job");
+        assert_eq!(job.kwargs, vec![("ret_kwargs".to_owned(), s("tag"))]);
     }
 
     #[test]

@@ -26,7 +26,9 @@ pub struct PublishRequest {
     pub arg: Value,
     /// Returner (`""` for none).
     pub ret: String,
-    /// Extra options sent as `kwargs` (e.g. `delimiter`).
+    /// Extra options sent as `kwargs`, as `salt` sends them: `delimiter`, and the
+    /// returners' `ret_config` and `ret_kwargs` (which the master copies into the job's
+    /// publish load; they never go at the top level of the request).
     pub kwargs: Vec<(String, Value)>,
 }
 
@@ -521,6 +523,26 @@ mod tests {
         let load = publish_load(&ping(), "", &Credentials::Token("T".into()), "eve");
         assert_eq!(value::get_str(&load, "key"), Some(""));
         assert_eq!(value::get(&load, "kwargs"), Some(&map([("token", s("T"))])));
+    }
+
+    #[test]
+    fn returner_options_travel_in_kwargs_and_the_returners_in_ret() {
+        let mut req = ping();
+        req.ret = "master_bus".into();
+        req.kwargs = vec![
+            ("ret_config".into(), s("alternative")),
+            ("ret_kwargs".into(), map([("tag", s("monitoring"))])),
+        ];
+        let load = publish_load(&req, "UK", &Credentials::Key("UK".into()), "root");
+        assert_eq!(value::get_str(&load, "ret"), Some("master_bus"));
+        assert_eq!(value::get(&load, "ret_kwargs"), None);
+        assert_eq!(
+            value::get(&load, "kwargs"),
+            Some(&map([
+                ("ret_config", s("alternative")),
+                ("ret_kwargs", map([("tag", s("monitoring"))])),
+            ]))
+        );
     }
 
     #[test]

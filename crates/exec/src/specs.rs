@@ -2548,6 +2548,65 @@ pub(crate) static SPECS: &[FunSpec] = &[
     "#),
     },
     FunSpec {
+        name: "sys.list_returner_functions",
+        pyname: "list_returner_functions",
+        params: &[
+        ],
+        varargs: true,
+        kwargs: true,
+        doc: Some(r#"
+    List the functions for all returner modules. Optionally, specify a returner
+    module or modules from which to list.
+
+    .. versionadded:: 2014.7.0
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        salt '*' sys.list_returner_functions
+        salt '*' sys.list_returner_functions mysql
+        salt '*' sys.list_returner_functions mysql etcd
+
+    Returner names can be specified as globs.
+
+    .. versionadded:: 2015.5.0
+
+    .. code-block:: bash
+
+        salt '*' sys.list_returner_functions 'sqlite3.get_*'
+
+    "#),
+    },
+    FunSpec {
+        name: "sys.list_returners",
+        pyname: "list_returners",
+        params: &[
+        ],
+        varargs: true,
+        kwargs: false,
+        doc: Some(r#"
+    List the returners loaded on the minion
+
+    .. versionadded:: 2014.7.0
+
+    CLI Example:
+
+    .. code-block:: bash
+
+        salt '*' sys.list_returners
+
+    Returner names can be specified as globs.
+
+    .. versionadded:: 2015.5.0
+
+    .. code-block:: bash
+
+        salt '*' sys.list_returners 's*'
+
+    "#),
+    },
+    FunSpec {
         name: "sys.reload_modules",
         pyname: "reload_modules",
         params: &[

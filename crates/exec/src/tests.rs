@@ -146,6 +146,16 @@ fn error_returns_use_salt_texts_and_the_nested_outputter() {
             "ERROR: Specified cwd '/nonexistent/dir' either not absolute or does not exist",
         ),
         ("test.echo", "null", "Passed invalid arguments to test.echo: 'NoneType' object is not iterable\n"),
+        (
+            "sys.list_returners",
+            "[5]",
+            "Passed invalid arguments to sys.list_returners: argument of type 'int' is not iterable\n",
+        ),
+        (
+            "sys.list_returner_functions",
+            "[[syslog]]",
+            "Passed invalid arguments to sys.list_returner_functions: can only concatenate list (not \"str\") to list\n",
+        ),
     ];
     for (fun, args, want) in cases {
         let ret = run(&ctx, fun, args);
@@ -222,7 +232,12 @@ fn test_functions_return_what_salt_returns() {
         ("grains.ls", "[]", "['deep', 'fqdn', 'id', 'kernel', 'os', 'os_family', 'roles']"),
         ("grains.filter_by", "[{Debian: deb, RedHat: rh}]", "deb"),
         ("sys.list_modules", "['s*']", "['saltutil', 'status', 'sys']"),
-        ("sys.list_functions", "['sys']", "['sys.argspec', 'sys.doc', 'sys.list_functions', 'sys.list_modules', 'sys.reload_modules']"),
+        ("sys.list_functions", "['sys']", "['sys.argspec', 'sys.doc', 'sys.list_functions', 'sys.list_modules', 'sys.list_returner_functions', 'sys.list_returners', 'sys.reload_modules']"),
+        ("sys.list_returners", "[]", "['master_bus', 'rawfile_json', 'syslog']"),
+        ("sys.list_returners", "['s*', 'master_bus', 'mysql', [1]]", "['master_bus', 'syslog']"),
+        ("sys.list_returner_functions", "[]", "['master_bus.returner', 'rawfile_json.returner', 'syslog.returner']"),
+        ("sys.list_returner_functions", "['rawfile_json', '*.ret*r']", "['master_bus.returner', 'rawfile_json.returner', 'syslog.returner']"),
+        ("sys.list_returner_functions", "['raw']", "[]"),
         ("sys.list_functions", "['test.v*']", "['test.version', 'test.versions', 'test.versions_information', 'test.versions_report']"),
         ("sys.argspec", "['test.echo']", "{'test.echo': {'args': ['text'], 'defaults': None, 'varargs': None, 'kwargs': None}}"),
         ("sys.argspec", "['test.arg']", "{'test.arg': {'args': None, 'defaults': None, 'varargs': True, 'kwargs': True}}"),

@@ -340,6 +340,18 @@ fn job_returns_match_the_stock_minion() {
         ),
         ("sys.doc", "[1]", Compare::Exact),
         ("sys.list_functions", r#"["test.e*"]"#, Compare::Exact),
+        // Salt's two returners Halite has, as stock lists them (`master_bus` is Halite's).
+        (
+            "sys.list_returners",
+            r#"["rawfile_json", "sys*", [1]]"#,
+            Compare::Exact,
+        ),
+        (
+            "sys.list_returner_functions",
+            r#"["syslog.ret*", "rawfile_json.returner"]"#,
+            Compare::Exact,
+        ),
+        ("sys.list_returners", "[5]", Compare::Exact),
         ("grains.get", "[1]", Compare::Exact),
         ("grains.get", r#"["deep:list:-1"]"#, Compare::Exact),
         ("grains.filter_by", r#"["notadict"]"#, Compare::Traceback),

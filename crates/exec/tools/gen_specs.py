@@ -42,7 +42,7 @@ MODULES = {
     ),
     "sys": (
         "salt.modules.sysmod",
-        "argspec doc list_functions list_modules reload_modules",
+        "argspec doc list_functions list_modules list_returner_functions list_returners reload_modules",
     ),
     "test": (
         "salt.modules.test",

@@ -659,6 +659,7 @@ impl Daemon {
             master: entry.text.clone(),
             spool: self.spool.clone(),
             proc_dir: self.cfg.cachedir.join("proc"),
+            forwarders: self.forwarders.clone(),
         });
         if reconnect {
             tracing::info!("Re-initialising subsystems for new master {}", entry.host);

@@ -603,6 +603,18 @@ pub fn offer(forwarders: &[Arc<Forwarder>], event: &Event) {
     }
 }
 
+/// Queues the data of a `fire_master` event ([`parse`]'s forms) on every one of
+/// `forwarders`, as [`offer`] queues one read off the minion bus: the way the minion's
+/// own code (the `master_bus` returner) fires to the master(s). The error says why
+/// nothing of it can be sent.
+pub fn offer_data(forwarders: &[Arc<Forwarder>], data: &Value) -> Result<(), Error> {
+    let parsed = parse(data)?;
+    for forwarder in forwarders {
+        forwarder.enqueue(&parsed.events);
+    }
+    Ok(())
+}
+
 /// Starts the thread that reads the minion bus until `cancel`, queueing every
 /// `fire_master` event on each of `forwarders`.
 ///

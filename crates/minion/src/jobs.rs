@@ -18,17 +18,27 @@
 //! Salt: the wait ends as soon as no job runs (Salt always sleeps its 5 s); Salt loses a
 //! return its master did not take.
 //!
-//! Invariants: a job's table entry lives exactly as long as its function runs; a job thread
-//! is counted from before it starts until its return is sent, kept or given up, so the
-//! drain never ends while a return could still go out.
+//! Returners (`--return`): once the return was sent (or could not be), the job's thread
+//! runs the returners the job names ([`halite_returners::run`], Salt's step at the end of
+//! `_thread_return`), with the minion's configuration, grains and pillar for their
+//! options and its `fire_master` queues ([`crate::forward::offer_data`]) for
+//! `master_bus`. They never delay or lose the normal return: it has gone out before they
+//! start; a failing or unknown returner is logged with Salt's message. As in Salt, a job
+//! whose return is suppressed (`__no_return__`) or that was cancelled runs none.
+//!
+//! Invariants: a job's table entry lives until its return is sent, kept or given up (then
+//! the returners run); a job thread is counted from before it starts until its returners
+//! have run, so the drain never ends while a return could still go out.
 
 use crate::channel::Channel;
+use crate::forward::Forwarder;
 use crate::settings::Settings;
 use crate::spool::Spool;
 use halite_config::MinionConfig;
 use halite_exec::{Context, JobHandle, JobReturn, JobTable, Registry};
 use halite_proto::value::{self, s};
 use halite_proto::Value;
+use halite_returners::Finished;
 use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
@@ -322,6 +332,9 @@ pub struct Runner {
     pub spool: Arc<Spool>,
     /// `cachedir/proc`.
     pub proc_dir: PathBuf,
+    /// The `fire_master` queues (one per master connected at once): where the
+    /// `master_bus` returner's events go.
+    pub forwarders: Vec<Arc<Forwarder>>,
 }
 
 impl Runner {
@@ -378,8 +391,8 @@ impl Runner {
         let fun = value::get(&load, "fun").unwrap_or(&nil);
         let arg = value::get(&load, "arg").unwrap_or(&nil);
         let fun_text = value::str_of(fun).map_or_else(|| fun.to_string(), str::to_owned);
-        // Listed as running until the return has been sent (`_entry` drops last).
-        let (ret, _entry) = self.jobs.run_guarded(
+        // Listed as running until the return has been sent (`entry` is dropped then).
+        let (ret, entry) = self.jobs.run_guarded(
             jid,
             proc_data,
             handle.clone(),
@@ -397,11 +410,32 @@ impl Runner {
             tracing::debug!("Suppressing return for job {jid} because __no_return__ is set");
             return;
         }
-        if !self.settings.pub_ret {
-            return;
+        if self.settings.pub_ret {
+            let reply = return_load(&self.settings.id, &load, &ret);
+            self.send_return(jid, &reply);
         }
-        let reply = return_load(&self.settings.id, &load, &ret);
-        self.send_return(jid, &reply);
+        drop(entry);
+        self.run_returners(&ctx, &load, ret);
+    }
+
+    /// Runs the returners job `load` names with its return `ret` (after the return went
+    /// to the master).
+    fn run_returners(&self, ctx: &Context, load: &Value, ret: JobReturn) {
+        let finished = Finished {
+            load,
+            retcode: ret.retcode_value(),
+            success: ret.success_value(),
+            // Salt's return dict has `out` only where the job failed; a function's
+            // outputter goes to the master alone.
+            out: ret.out.clone().filter(|_| !ret.success),
+            multi: ret.multi.is_some(),
+            ret: ret.ret,
+        };
+        let host = ReturnerHost {
+            ctx,
+            forwarders: &self.forwarders,
+        };
+        halite_returners::run(&host, &self.settings.id, &finished, self.opts.get("return"));
     }
 
     /// Sends a job's return; while the minion is stopping, one that cannot be sent (or is
@@ -434,6 +468,33 @@ impl Runner {
                 "The minion failed to return the job information for job {jid} while stopping ({e}), and cannot keep it: {keep}"
             ),
         }
+    }
+}
+
+/// What a job's returners get from the minion: its configuration, grains and pillar
+/// (`config.option`) and its `fire_master` queues.
+struct ReturnerHost<'a> {
+    ctx: &'a Context,
+    forwarders: &'a [Arc<Forwarder>],
+}
+
+impl halite_returners::Host for ReturnerHost<'_> {
+    fn config_option(&self, key: &str) -> Option<Value> {
+        let ctx = self.ctx;
+        halite_returners::config_option(key, |k| ctx.opts.get(k).cloned(), &ctx.grains, &ctx.pillar)
+    }
+
+    fn fire_master(&self, tag: &str, data: Value) -> Result<(), String> {
+        if self.forwarders.is_empty() {
+            return Err("the minion has no master to fire events to".to_owned());
+        }
+        let event = halite_proto::value::map([
+            ("data", data),
+            ("tag", s(tag)),
+            ("events", Value::Nil),
+            ("pretag", Value::Nil),
+        ]);
+        crate::forward::offer_data(self.forwarders, &event).map_err(|e| e.to_string())
     }
 }
 

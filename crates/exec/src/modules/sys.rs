@@ -1,4 +1,8 @@
 //! `salt/modules/sysmod.py` (`sys`): what the minion offers, and the docs.
+//!
+//! `sys.list_returners` and `sys.list_returner_functions` list Halite's returners
+//! ([`halite_returners::names`]), each with its one function, `returner`; stock Salt
+//! lists its ~40 returner modules and their master-side functions too.
 
 use halite_pycall::strip_rst;
 use rmpv::Value;
@@ -12,6 +16,8 @@ pub(crate) const EXPORTS: &[Export] = &[
     ("sys.doc", doc, None),
     ("sys.list_functions", list_functions, None),
     ("sys.list_modules", list_modules, None),
+    ("sys.list_returner_functions", list_returner_functions, None),
+    ("sys.list_returners", list_returners, None),
     ("sys.reload_modules", reload_modules, None),
 ];
 
@@ -124,6 +130,72 @@ fn list_modules(inv: &mut Invocation<'_>) -> Result<Value, ExecError> {
     }
     modules.sort();
     Ok(Value::Array(modules.into_iter().map(Value::from).collect()))
+}
+
+/// `sys.list_returners(*args)`: the returner names, sorted; with arguments, those named
+/// or (with a `*`) whose functions match the glob.
+fn list_returners(inv: &mut Invocation<'_>) -> Result<Value, ExecError> {
+    let names = halite_returners::names();
+    if inv.call.varargs.is_empty() {
+        return Ok(Value::Array(names.into_iter().map(Value::from).collect()));
+    }
+    let mut picked: Vec<&str> = Vec::new();
+    for module in &inv.call.varargs {
+        // `"*" in module`, then `mod_test == module`: a list or dict matches nothing.
+        let module = match module {
+            Value::String(_) => crate::pyval::py_str(module),
+            Value::Array(_) | Value::Map(_) => continue,
+            Value::Binary(_) => {
+                return Err(ExecError::TypeError(
+                    "a bytes-like object is required, not 'str'".to_owned(),
+                ))
+            }
+            other => {
+                return Err(ExecError::TypeError(format!(
+                    "argument of type '{}' is not iterable",
+                    py_type_name(other)
+                )))
+            }
+        };
+        for name in &names {
+            let hit = if module.contains('*') {
+                // `fnmatch.filter` over the returners' function names.
+                halite_target::fnmatch::fnmatch(&format!("{name}.returner"), &module)
+            } else {
+                *name == module
+            };
+            if hit && !picked.contains(name) {
+                picked.push(name);
+            }
+        }
+    }
+    picked.sort_unstable();
+    Ok(Value::Array(picked.into_iter().map(Value::from).collect()))
+}
+
+/// `sys.list_returner_functions(*args, **kwargs)`: `<returner>.returner` for every
+/// returner, or those of the named returners, or those matching a glob (an argument with
+/// `*` or `.`).
+fn list_returner_functions(inv: &mut Invocation<'_>) -> Result<Value, ExecError> {
+    let names = names_arg(&inv.call.varargs)?;
+    let all = halite_returners::functions();
+    let mut picked: Vec<String> = if names.is_empty() {
+        all
+    } else {
+        all.into_iter()
+            .filter(|fun| {
+                names.iter().any(|module| {
+                    if module.contains('*') || module.contains('.') {
+                        halite_target::fnmatch::fnmatch(fun, module)
+                    } else {
+                        fun.starts_with(&format!("{module}."))
+                    }
+                })
+            })
+            .collect()
+    };
+    picked.sort();
+    Ok(Value::Array(picked.into_iter().map(Value::from).collect()))
 }
 
 fn reload_modules(_: &mut Invocation<'_>) -> Result<Value, ExecError> {
