@@ -10,10 +10,10 @@
 //! - The number of pending keys (`max_pending_keys`) is the count of `minions_pre/` taken by
 //!   the last refresh plus the keys the auth path stored since ([`KeyIndex::reserve_pending`]);
 //!   a reservation and its check are one step under a lock, so concurrent sign-ins cannot
-//!   both take the last place. A refresh replaces the count with its listing, so keys being
-//!   written during that listing are missed until the next one (the directory changed, so the
-//!   next refresh lists it again): the cap can be passed by at most the sign-ins in flight
-//!   at one refresh.
+//!   both take the last place. A refresh replaces the count with its listing plus the places
+//!   taken while it listed (whose files it may or may not have seen), so the cap is never
+//!   passed; for a moment, until the next refresh (the directory changed, so it is listed
+//!   again), a key may be counted twice and a sign-in refused one place early.
 
 use halite_keystore::KeyStore;
 use halite_proto::auth::KeyState;
@@ -119,6 +119,10 @@ struct PendingCount {
     keys: usize,
     /// A reservation was refused since the last one that succeeded.
     refusing: bool,
+    /// Places ever taken: a refresh adds those taken while it counted the directory, whose
+    /// files its count may have missed (a count that is stale by the time it is stored
+    /// would let more than `max` keys in).
+    taken: u64,
 }
 
 /// What [`KeyIndex::reserve_pending`] answered.
@@ -203,6 +207,7 @@ impl KeyIndex {
             return PendingPlace::Full { first };
         }
         pending.keys += 1;
+        pending.taken += 1;
         pending.refusing = false;
         PendingPlace::Taken
     }
@@ -211,6 +216,22 @@ impl KeyIndex {
     pub fn release_pending(&self) {
         let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         pending.keys = pending.keys.saturating_sub(1);
+    }
+
+    /// Sets the pending count from `count` (of `minions_pre/`). Places taken while it
+    /// counts are added whether or not it saw their files: too many for a moment (until the
+    /// next refresh) rather than too few, which would let more than `max` keys in.
+    fn recount_pending(&self, count: impl FnOnce() -> halite_keystore::Result<usize>) {
+        let taken_before = self.pending.lock().unwrap_or_else(|e| e.into_inner()).taken;
+        match count() {
+            Ok(n) => {
+                let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+                let during = usize::try_from(pending.taken.saturating_sub(taken_before))
+                    .unwrap_or(usize::MAX);
+                pending.keys = n.saturating_add(during);
+            }
+            Err(e) => tracing::warn!("Cannot count the pending keys: {e}"),
+        }
     }
 
     /// The ids of accepted minions.
@@ -258,10 +279,7 @@ impl KeyIndex {
                 vec![None; WATCHED.len()]
             };
         }
-        match self.store.count(KeyState::Pending) {
-            Ok(n) => self.pending.lock().unwrap_or_else(|e| e.into_inner()).keys = n,
-            Err(e) => tracing::warn!("Cannot count the pending keys: {e}"),
-        }
+        self.recount_pending(|| self.store.count(KeyState::Pending));
         let on_disk: BTreeSet<String> = self
             .store
             .list(KeyState::Accepted)
@@ -472,6 +490,29 @@ mod tests {
         idx.refresh();
         assert_eq!(idx.reserve_pending(2), PendingPlace::Taken, "1 of 2 taken");
         assert_eq!(idx.reserve_pending(2), full(true));
+    }
+
+    #[test]
+    fn a_place_taken_while_the_directory_is_counted_is_not_lost_by_the_count() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = KeyStore::open(dir.path()).unwrap();
+        let idx = KeyIndex::load(KeyStore::open(dir.path()).unwrap());
+        // A sign-in takes the only place and writes its key after the listing was read:
+        // the count (0) is stale by the time it is stored.
+        idx.recount_pending(|| {
+            let n = store.count(KeyState::Pending);
+            assert_eq!(idx.reserve_pending(1), PendingPlace::Taken);
+            store.put("late", KeyState::Pending, &pem()).unwrap();
+            n
+        });
+        assert_eq!(
+            idx.reserve_pending(1),
+            PendingPlace::Full { first: true },
+            "a second key would wait beside the first"
+        );
+        // The next count sees the file, and the place taken before it is not added again.
+        idx.recount_pending(|| store.count(KeyState::Pending));
+        assert_eq!(idx.reserve_pending(2), PendingPlace::Taken);
     }
 
     #[test]
