@@ -32,9 +32,9 @@
 //! # What it does not do (yet)
 //!
 //! `POST /keys` (the key-pair tarball), `/ws` (WebSocket), `/metrics`, the `ssh` client,
-//! and events filtered by the caller's ACL. `wheel`, `wheel_async` and `GET /keys` forward
-//! the clear `wheel` command; a master that does not answer it (a Halite master has no
-//! wheel yet) gives 400 "Client unavailable". `/logout` sends the clear `rm_token`
+//! and events filtered by the caller's ACL. `wheel`, `wheel_async` and `GET /keys` send
+//! the master's clear `wheel` command (Halite and stock masters answer it; one that
+//! answers `{}` gives 400 "Client unavailable"). `/logout` sends the clear `rm_token`
 //! command (what Salt's `Resolver.rm_token` sends), which a Halite master answers by
 //! removing the token for every client; this process refuses the token from then on
 //! whatever the master answers, and a stock 3008.3 master (which lacks the command) keeps

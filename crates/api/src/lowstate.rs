@@ -27,8 +27,8 @@
 //!
 //! Deviations: `ssh` and `destroy` are refused with 400 even when enabled (no salt-ssh;
 //! `destroy` is not a client); a chunk that is not a mapping, or lacks `tgt`/`fun`, is 400
-//! (salt-api: a Python error, 500); a `wheel` client the master does not answer (a Halite
-//! master before its wheel lands answers `{}`) is 400 "Client unavailable"; `local_batch`
+//! (salt-api: a Python error, 500); a `wheel` client the master does not answer (a master
+//! without a wheel answers `{}`) is 400 "Client unavailable"; `local_batch`
 //! ignores `raw`; a runner's keyword arguments the runner does not take are refused by the
 //! master (Salt's client drops them first).
 

@@ -308,8 +308,6 @@ fn salt_apis_status_codes_for_what_goes_wrong() {
          "Invalid client specified: 'foo'"),
         ("disabled client", http.post_json("/", &chunk(json!({"client": "wheel_async"})), &auth(&alice)), 400,
          "Client disabled: 'wheel_async'. Add to 'netapi_enable_clients' master config option to enable."),
-        ("wheel without a master wheel", http.post_json("/", &json!([{"client": "wheel", "fun": "key.list_all"}]), &auth(&alice)), 400,
-         "Client unavailable: 'wheel'. The master does not answer wheel requests."),
         ("not a list", http.post("/", "application/json", b"\"x\"", &auth(&alice)), 400,
          "Lowstates must be a list"),
         ("empty body", http.post("/", "application/json", b"", &auth(&alice)), 400,

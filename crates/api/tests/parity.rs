@@ -5,8 +5,8 @@
 //! codes and the same JSON shapes, ids, tokens and times aside.
 //!
 //! Needs CherryPy in the stock venv (`pip install cherrypy`), which stock `salt-api`
-//! imports. The `wheel` client is left out: the Halite master has no wheel yet (see
-//! docs/api.md).
+//! imports. The `wheel` client and `/keys` are compared separately
+//! (`wheel_and_keys_reach_the_wheel_of_stock_and_halite_masters`).
 
 mod common;
 
@@ -240,8 +240,14 @@ fn the_same_session_gives_the_same_codes_and_shapes_as_stock_salt_api() {
 }
 
 #[test]
-fn wheel_and_keys_reach_the_wheel_of_a_stock_master() {
-    let fleet = Fleet::start_mixed(Kind::Stock, Kind::Halite, &["m1"], "", "");
+fn wheel_and_keys_reach_the_wheel_of_stock_and_halite_masters() {
+    for master in [Kind::Stock, Kind::Halite] {
+        wheel_and_keys_through_halite_api(master);
+    }
+}
+
+fn wheel_and_keys_through_halite_api(master: Kind) {
+    let fleet = Fleet::start_mixed(master, Kind::Halite, &["m1"], "", "");
     let token = fleet.login("alice", "alicepw");
     let auth = [("X-Auth-Token", token.as_str())];
     let r = fleet.http.post_json(

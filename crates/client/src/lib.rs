@@ -1,7 +1,8 @@
 //! Talking to a master as a local client, the way Salt's `LocalClient`,
-//! `RunnerClient.master_call` and `salt.auth.Resolver` do: a clear `publish` or `runner`
-//! command on the request port, and job returns or runner events read from the master's
-//! event bus. It works against a Halite master and a stock salt-master alike.
+//! `RunnerClient.master_call`, `WheelClient.master_call` and `salt.auth.Resolver` do: a
+//! clear `publish`, `runner` or `wheel` command on the request port ([`wheel`]: the reply
+//! is the result), and job returns or runner events read from the master's event bus.
+//! It works against a Halite master and a stock salt-master alike.
 //!
 //! Requests are authenticated with [`Credentials`]: by default the local user's key from
 //! `cachedir` (`user` as Salt's `get_specific_user`); or external authentication
@@ -32,6 +33,7 @@ pub mod follow;
 pub mod local;
 pub mod runner;
 pub mod token;
+pub mod wheel;
 
 pub use auth::{
     resolve_eauth, unavailable_message, CliCredentials, CliKind, Credentials, EauthArgs, Prompter,
@@ -40,6 +42,7 @@ pub use auth::{
 pub use local::{specific_user, JobEvent, LocalClient, PublishReply, PublishRequest};
 pub use runner::{RunEvent, RunnerJob, RunnerRequest};
 pub use token::{default_token_file, root_key, TokenFile, DEFAULT_TOKEN_EXPIRE};
+pub use wheel::{WheelReply, WheelRequest};
 
 /// Why a client operation failed.
 #[derive(Debug, thiserror::Error)]

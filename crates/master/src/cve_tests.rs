@@ -361,6 +361,7 @@ const CLEAR_COMMANDS: &[&str] = &[
     "_auth",
     "publish",
     "runner",
+    "wheel",
     "mk_token",
     "get_token",
     "ping",
@@ -407,9 +408,9 @@ fn hostile(cmd: &str) -> Value {
     ])
 }
 
-/// CVE-2020-11651: the clear channel reaches only `_auth`, `publish`, `runner`,
+/// CVE-2020-11651: the clear channel reaches only `_auth`, `publish`, `runner`, `wheel`,
 /// `mk_token`, `get_token` and `ping`. Every other name stock Salt ever exposed or kept
-/// private — `_prep_auth_info` (the root key), `_send_pub` (a root publish), `wheel`,
+/// private — `_prep_auth_info` (the root key), `_send_pub` (a root publish),
 /// the `AESFuncs` methods, Python attributes — is answered `{}`, and the whole sweep,
 /// whitelisted commands included (none carries credentials), changes nothing: no event,
 /// publish, job, held reply or file.
@@ -541,15 +542,31 @@ fn cve_2020_11651_publish_runner_wheel_and_tokens_need_credentials() {
             "runner with {creds}: {reply}"
         );
     }
-    // Halite has no wheel: the command is not reachable at all.
     let wheel = map([
         ("cmd", s("wheel")),
-        ("fun", s("key.accept")),
+        ("fun", s("key.delete")),
         ("match", s("*")),
         ("user", s("root")),
-        ("key", s(root.clone())),
     ]);
-    assert_eq!(tm.clear(wheel), Value::Map(vec![]));
+    for key in &wrong_keys {
+        let reply = tm.clear(with_key(wheel.clone(), key));
+        assert_eq!(
+            error_name(&reply),
+            Some("UserAuthenticationError"),
+            "wheel with key {key:?}: {reply}"
+        );
+    }
+    for creds in [map([("token", s(token.clone()))]), eauth.clone()] {
+        let mut load = wheel.clone();
+        for (k, v) in creds.as_map().unwrap() {
+            value::set(&mut load, value::str_of(k).unwrap(), v.clone());
+        }
+        let reply = tm.clear(load);
+        assert!(
+            error_name(&reply).is_some_and(|n| n.ends_with("AuthenticationError")),
+            "wheel with {creds}: {reply}"
+        );
+    }
     // mk_token needs a login of an enabled backend; get_token knows no such token.
     for login in [Value::Map(vec![]), eauth] {
         let mut load = login;

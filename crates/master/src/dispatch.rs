@@ -12,7 +12,7 @@
 //! [`EXCEPTION_REPLY`] (see [`crate::boundary`]).
 //!
 //! The handlers live by concern in [`crate::handlers`]: `auth`, `publish`, `minion`
-//! (returns, events, pillar), `peer`, `runner`.
+//! (returns, events, pillar), `peer`, `runner`, `wheel`.
 
 use crate::boundary;
 use crate::keys::AcceptedKey;
@@ -69,6 +69,7 @@ const CLEAR_HANDLERS: &[(&str, ClearHandler)] = &[
     ("_auth", |m, c| ClearReply::Send(m.handle_auth(c.load))),
     ("publish", Master::handle_publish),
     ("runner", Master::handle_runner),
+    ("wheel", Master::handle_wheel),
     ("mk_token", Master::handle_mk_token),
     ("get_token", Master::handle_get_token),
     ("rm_token", Master::handle_rm_token),

@@ -6,3 +6,4 @@ pub mod minion;
 pub mod peer;
 pub mod publish;
 pub mod runner;
+pub mod wheel;
