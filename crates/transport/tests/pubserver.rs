@@ -269,12 +269,20 @@ fn heartbeats_go_out_and_silent_peers_are_dropped() {
     let mut raw = Raw::handshaken(&srv, SocketType::Sub, 0);
     // Never answering: PINGs keep coming until the server gives up and closes.
     let mut pings = 0;
+    // A server that never drops the peer would PING forever: give up well after the
+    // timeout (generously, for a loaded machine) and fail instead of hanging.
+    let give_up = started + 20 * HB_TIMEOUT + Duration::from_secs(10);
     while let Some(frame) = raw.frame() {
         assert_eq!(frame, (true, zmtp::command_body("PING", b"\0\0")));
         pings += 1;
         if pings == 1 {
             assert_eq!(srv.subscribers(), 1);
         }
+        assert!(
+            Instant::now() < give_up,
+            "silent peer never dropped: {pings} PINGs in {:?}",
+            started.elapsed()
+        );
     }
     let lived = started.elapsed();
     assert!(raw.closed_by_server(), "silent peer never dropped");
