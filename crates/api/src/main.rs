@@ -3,7 +3,7 @@
 //! systemd (`Type=notify`) when it listens and when it stops.
 
 use clap::Parser;
-use halite_daemon::{DaemonArgs, Notifier, PidFile};
+use halite_daemon::{DaemonArgs, Notifier};
 use std::process::ExitCode;
 
 /// Exit status for a usage error (optparse's, as `salt-api`).
@@ -65,16 +65,9 @@ fn main() -> ExitCode {
         &cfg.log_file,
     );
     raise_nofile_limit();
-    let _pidfile = match PidFile::create(args.pidfile(&cfg.pidfile)) {
-        Ok(p) => Some(p),
-        Err(e @ halite_daemon::Error::Running { .. }) => {
-            tracing::error!("{e}");
-            return ExitCode::FAILURE;
-        }
-        Err(e) => {
-            tracing::warn!("{e}");
-            None
-        }
+    let _pidfile = match args.claim_pidfile(&cfg.pidfile) {
+        Ok(p) => p,
+        Err(status) => return status,
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -88,12 +81,7 @@ fn main() -> ExitCode {
         }
     };
     runtime.block_on(async move {
-        let shutdown = halite_daemon::shutdown_on_signals();
-        let (stopping, stop) = (notifier.clone(), shutdown.clone());
-        tokio::spawn(async move {
-            stop.cancelled().await;
-            stopping.stopping();
-        });
+        let shutdown = halite_daemon::daemon_shutdown(&notifier);
         let ready = |addr| {
             tracing::info!("halite-api listening on {addr}");
             notifier.ready();

@@ -84,6 +84,24 @@ impl DaemonArgs {
     pub fn pidfile<'a>(&'a self, configured: &'a Path) -> &'a Path {
         self.pid_file.as_deref().unwrap_or(configured)
     }
+
+    /// Writes the pidfile ([`DaemonArgs::pidfile`]) as Salt's daemons do: another live
+    /// instance on it is an error (logged; the daemon exits with status 1), any other
+    /// failure a warning (the daemon runs without one). The file is removed when the
+    /// returned value is dropped.
+    pub fn claim_pidfile(&self, configured: &Path) -> Result<Option<PidFile>, ExitCode> {
+        match PidFile::create(self.pidfile(configured)) {
+            Ok(p) => Ok(Some(p)),
+            Err(e @ Error::Running { .. }) => {
+                tracing::error!("{e}");
+                Err(ExitCode::FAILURE)
+            }
+            Err(e) => {
+                tracing::warn!("{e}");
+                Ok(None)
+            }
+        }
+    }
 }
 
 /// Maps a Salt log level name (`garbage`, `trace`, `debug`, `profile`, `info`, `warning`,
@@ -220,6 +238,18 @@ pub fn shutdown_on_signals() -> CancellationToken {
         stop.cancel();
     });
     token
+}
+
+/// A daemon's [`shutdown_on_signals`] token, which also tells systemd (`STOPPING=1`
+/// through `notifier`) once it is cancelled. Call inside a tokio runtime.
+pub fn daemon_shutdown(notifier: &Notifier) -> CancellationToken {
+    let shutdown = shutdown_on_signals();
+    let (stopping, stop) = (notifier.clone(), shutdown.clone());
+    tokio::spawn(async move {
+        stop.cancelled().await;
+        stopping.stopping();
+    });
+    shutdown
 }
 
 /// Lowers the calling thread's CPU priority to `nice` (0 to 19; higher yields more), for

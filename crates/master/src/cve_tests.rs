@@ -532,15 +532,6 @@ fn cve_2020_11651_publish_runner_wheel_and_tokens_need_credentials() {
         value::set(&mut load, "kwargs", creds.clone());
         let reply = tm.clear(load);
         assert_eq!(error_name(&reply), Some("AuthenticationError"), "{reply}");
-        let mut load = runner.clone();
-        for (k, v) in creds.as_map().unwrap() {
-            value::set(&mut load, value::str_of(k).unwrap(), v.clone());
-        }
-        let reply = tm.clear(load);
-        assert!(
-            error_name(&reply).is_some_and(|n| n.ends_with("AuthenticationError")),
-            "runner with {creds}: {reply}"
-        );
     }
     let wheel = map([
         ("cmd", s("wheel")),
@@ -556,16 +547,19 @@ fn cve_2020_11651_publish_runner_wheel_and_tokens_need_credentials() {
             "wheel with key {key:?}: {reply}"
         );
     }
-    for creds in [map([("token", s(token.clone()))]), eauth.clone()] {
-        let mut load = wheel.clone();
-        for (k, v) in creds.as_map().unwrap() {
-            value::set(&mut load, value::str_of(k).unwrap(), v.clone());
+    // Runner and wheel take the credentials as top-level fields of the load.
+    for (what, base) in [("runner", &runner), ("wheel", &wheel)] {
+        for creds in [map([("token", s(token.clone()))]), eauth.clone()] {
+            let mut load = base.clone();
+            for (k, v) in creds.as_map().unwrap() {
+                value::set(&mut load, value::str_of(k).unwrap(), v.clone());
+            }
+            let reply = tm.clear(load);
+            assert!(
+                error_name(&reply).is_some_and(|n| n.ends_with("AuthenticationError")),
+                "{what} with {creds}: {reply}"
+            );
         }
-        let reply = tm.clear(load);
-        assert!(
-            error_name(&reply).is_some_and(|n| n.ends_with("AuthenticationError")),
-            "wheel with {creds}: {reply}"
-        );
     }
     // mk_token needs a login of an enabled backend; get_token knows no such token.
     for login in [Value::Map(vec![]), eauth] {

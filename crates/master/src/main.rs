@@ -2,7 +2,7 @@
 //! runs the master, and tells systemd (`Type=notify`) when it serves and when it stops.
 
 use clap::Parser;
-use halite_daemon::{DaemonArgs, Notifier, PidFile};
+use halite_daemon::{DaemonArgs, Notifier};
 use std::process::ExitCode;
 
 /// Exit status for a usage error (optparse's, as `salt-master`).
@@ -45,16 +45,9 @@ fn main() -> ExitCode {
         tracing::warn!("{unknown}");
     }
     // Removed when `main` returns.
-    let _pidfile = match PidFile::create(args.pidfile(&cfg.pidfile)) {
-        Ok(p) => Some(p),
-        Err(e @ halite_daemon::Error::Running { .. }) => {
-            tracing::error!("{e}");
-            return ExitCode::FAILURE;
-        }
-        Err(e) => {
-            tracing::warn!("{e}");
-            None
-        }
+    let _pidfile = match args.claim_pidfile(&cfg.pidfile) {
+        Ok(p) => p,
+        Err(status) => return status,
     };
 
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -69,12 +62,7 @@ fn main() -> ExitCode {
         }
     };
     runtime.block_on(async move {
-        let shutdown = halite_daemon::shutdown_on_signals();
-        let (stopping, stop) = (notifier.clone(), shutdown.clone());
-        tokio::spawn(async move {
-            stop.cancelled().await;
-            stopping.stopping();
-        });
+        let shutdown = halite_daemon::daemon_shutdown(&notifier);
         match halite_master::run(cfg, shutdown, || notifier.ready()).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {

@@ -3,7 +3,7 @@
 //! and when it stops, and exits as Salt does (77 when the master rejects the key).
 
 use clap::Parser;
-use halite_daemon::{DaemonArgs, Notifier, PidFile};
+use halite_daemon::{DaemonArgs, Notifier};
 use std::process::ExitCode;
 
 /// Exit status for a usage error (optparse's, as `salt-minion`).
@@ -51,16 +51,9 @@ fn main() -> ExitCode {
     }
     // Salt's minion refuses to run twice on one pidfile ("An instance is already running.
     // Exiting", status 1). The file is removed when `main` returns.
-    let _pidfile = match PidFile::create(args.pidfile(&cfg.pidfile)) {
-        Ok(p) => Some(p),
-        Err(e @ halite_daemon::Error::Running { .. }) => {
-            tracing::error!("{e}");
-            return ExitCode::FAILURE;
-        }
-        Err(e) => {
-            tracing::warn!("{e}");
-            None
-        }
+    let _pidfile = match args.claim_pidfile(&cfg.pidfile) {
+        Ok(p) => p,
+        Err(status) => return status,
     };
 
     let runtime = match tokio::runtime::Builder::new_current_thread()
@@ -74,12 +67,7 @@ fn main() -> ExitCode {
         }
     };
     runtime.block_on(async move {
-        let shutdown = halite_daemon::shutdown_on_signals();
-        let (stopping, stop) = (notifier.clone(), shutdown.clone());
-        tokio::spawn(async move {
-            stop.cancelled().await;
-            stopping.stopping();
-        });
+        let shutdown = halite_daemon::daemon_shutdown(&notifier);
         match halite_minion::run(cfg, shutdown, || notifier.ready()).await {
             Ok(halite_minion::Outcome::Stopped) => ExitCode::SUCCESS,
             Ok(halite_minion::Outcome::Rejected) => ExitCode::from(halite_minion::EX_NOPERM),
