@@ -32,12 +32,8 @@ impl MasterLink {
             h if h.contains(':') => format!("[{h}]"),
             h => h.to_owned(),
         };
-        let tcp = cfg.get("transport").and_then(value::str_of) == Some("tcp");
-        let marker = cfg.sock_dir.join(if tcp {
-            "publish_pull.ipc"
-        } else {
-            "workers.ipc"
-        });
+        // Halite's config refuses any transport but zeromq, whose marker this is.
+        let marker = cfg.sock_dir.join("workers.ipc");
         MasterLink {
             endpoint: format!("tcp://{host}:{}", cfg.ret_port),
             ctx: zmq::Context::new(),
@@ -47,8 +43,8 @@ impl MasterLink {
         }
     }
 
-    /// `NetapiClient._is_master_running`: whether the master's `workers.ipc`
-    /// (`publish_pull.ipc` with the tcp transport) exists in `sock_dir`.
+    /// `NetapiClient._is_master_running`: whether the master's `workers.ipc` exists in
+    /// `sock_dir` (zeromq transport).
     pub fn is_running(&self) -> bool {
         self.marker.exists()
     }
