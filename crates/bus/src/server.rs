@@ -6,6 +6,14 @@
 //! Each pub-socket subscriber is a task holding a receiver and writing
 //! [`Event::frame`] to its socket; in-process subscribers hold receivers directly.
 //!
+//! No event is lost to a subscriber that has just connected. A client's `connect` returns
+//! once the kernel has queued the connection, before the bus accepts it, and Salt's
+//! clients (`LocalClient`, salt-api) connect, then publish a job and wait for its events:
+//! if the bus sent the job's return before it accepted the connection, the client would
+//! miss it. So publishing first takes in every queued pub-socket connection (a
+//! non-blocking `accept` under the lock the publish holds) and subscribes it, then sends;
+//! the accept task only wakes for connections that arrive while nothing is published.
+//!
 //! Backpressure choice: load shedding, per subscriber. Sending into the channel never
 //! waits, so neither the pull readers nor [`BusHandle::fire`] can be stalled by a
 //! subscriber. A subscriber whose backlog exceeds the capacity loses its *oldest* pending
@@ -28,20 +36,21 @@
 //!   A frame's declared length is checked against [`frame_limit`] first.
 
 use crate::event::{frame_limit, prepare, Event};
-use crate::socket::{Bound, Conn};
+use crate::socket::{Bound, Conn, SyncConn, SyncListener};
 use crate::{BusAddr, BusSockets, Error, Result};
 use chrono::Utc;
 use halite_proto::event::{unpack_event, Frame, PullFrame};
 use halite_proto::Value;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::unix::AsyncFd;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
 use tokio::sync::broadcast::{
     self,
     error::{RecvError, TryRecvError},
 };
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
@@ -79,10 +88,54 @@ struct Shared {
     dropped: AtomicU64,
     /// Frame bytes of every event published so far.
     published: AtomicU64,
+    /// Events published so far.
+    events: AtomicU64,
     /// Shares of [`PULL_BUFFER_BYTES`] for pull frames larger than [`READ_CHUNK`].
     pull_bytes: Arc<Semaphore>,
     /// The permits `pull_bytes` started with.
     pull_total: usize,
+    /// The pub socket's queued connections, taken in before each publish; `None` once
+    /// the bus has stopped.
+    intake: Mutex<Option<Intake>>,
+}
+
+/// Takes in pub-socket connections: subscribes each and hands it to the accept task.
+struct Intake {
+    listener: SyncListener,
+    addr: BusAddr,
+    slots: Arc<Semaphore>,
+    joined: mpsc::UnboundedSender<Joined>,
+}
+
+/// A subscriber taken in: its connection, its receiver (subscribed when it was taken in,
+/// so it holds every event published since), and its connection slot.
+struct Joined {
+    conn: SyncConn,
+    rx: broadcast::Receiver<Arc<Event>>,
+    permit: OwnedSemaphorePermit,
+}
+
+impl Intake {
+    /// Takes in every queued connection; ends with `WouldBlock` once none is left, or with
+    /// the error `accept` gave.
+    fn take_in(&self, tx: &broadcast::Sender<Arc<Event>>) -> std::io::Error {
+        loop {
+            let conn = match self.listener.accept_now() {
+                Ok(c) => c,
+                Err(e) => return e,
+            };
+            let Ok(permit) = self.slots.clone().try_acquire_owned() else {
+                warn!(socket = %self.addr, limit = MAX_CONNECTIONS, "Event bus connection limit reached; closing new connection");
+                continue;
+            };
+            // The accept task is gone only when the bus stops; the connection then closes.
+            let _ = self.joined.send(Joined {
+                conn,
+                rx: tx.subscribe(),
+                permit,
+            });
+        }
+    }
 }
 
 impl Shared {
@@ -93,16 +146,42 @@ impl Shared {
             max_event_size,
             dropped: AtomicU64::new(0),
             published: AtomicU64::new(0),
+            events: AtomicU64::new(0),
             pull_bytes: Arc::new(Semaphore::new(pull_total)),
             pull_total,
+            intake: Mutex::new(None),
         })
     }
 
-    fn publish(&self, mut event: Event) {
-        let len = event.frame().len() as u64;
-        event.published_end = self.published.fetch_add(len, Ordering::Relaxed) + len;
-        // An error only means nobody is subscribed; the event is then dropped, as in Salt.
-        let _ = self.tx.send(Arc::new(event));
+    /// Takes in the pub socket's queued connections; see [`Intake::take_in`].
+    fn take_in(&self) -> std::io::Error {
+        match &*self.intake.lock().unwrap_or_else(PoisonError::into_inner) {
+            Some(intake) => intake.take_in(&self.tx),
+            None => std::io::ErrorKind::WouldBlock.into(),
+        }
+    }
+
+    fn publish(&self, event: Event) {
+        self.publish_all(std::iter::once(event));
+    }
+
+    /// Publishes `events` in order, taking in queued subscribers once for all of them.
+    fn publish_all(&self, events: impl IntoIterator<Item = Event>) {
+        // Subscribers whose `connect` returned before this publish get the events: take
+        // them in first, holding the lock until the events are sent (a concurrent publish
+        // cannot take one in after this one's intake and send before it is subscribed).
+        // An `accept` error is left to the accept task, which logs it.
+        let intake = self.intake.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(intake) = &*intake {
+            intake.take_in(&self.tx);
+        }
+        for mut event in events {
+            let len = event.frame().len() as u64;
+            event.published_end = self.published.fetch_add(len, Ordering::Relaxed) + len;
+            self.events.fetch_add(1, Ordering::Relaxed);
+            // An error only means nobody is subscribed; the event is then dropped, as in Salt.
+            let _ = self.tx.send(Arc::new(event));
+        }
     }
 
     /// Frame bytes published after `event` (approximately: concurrent publishers may
@@ -159,11 +238,19 @@ impl BusHandle {
     pub fn dropped_events(&self) -> u64 {
         self.shared.dropped.load(Ordering::Relaxed)
     }
+
+    /// Events published so far (fired in-process or read from the pull socket), whether or
+    /// not anyone was subscribed.
+    pub fn published_events(&self) -> u64 {
+        self.shared.events.load(Ordering::Relaxed)
+    }
 }
 
 /// A bound bus: the pub and pull sockets, ready to [`run`](Self::run).
 pub struct BusServer {
-    pub_sock: Bound,
+    /// The pub socket (itself in the shared intake), to wait on for connections.
+    pub_watch: std::os::fd::OwnedFd,
+    joined: mpsc::UnboundedReceiver<Joined>,
     pull_sock: Bound,
     pub_addr: BusAddr,
     pull_addr: BusAddr,
@@ -176,12 +263,26 @@ impl BusServer {
     pub async fn bind(sockets: &BusSockets, max_event_size: usize) -> Result<Self> {
         let (pub_sock, pub_addr) = Bound::bind(&sockets.pub_addr, sockets.pub_mode).await?;
         let (pull_sock, pull_addr) = Bound::bind(&sockets.pull_addr, sockets.pull_mode).await?;
+        let err = |source| Error::Bind {
+            addr: pub_addr.clone(),
+            source,
+        };
+        let listener = pub_sock.into_sync().map_err(err)?;
+        let pub_watch = listener.watcher().map_err(err)?;
         let shared = Shared::new(
             max_event_size,
             PULL_BUFFER_BYTES.max(frame_limit(max_event_size)),
         );
+        let (joined_tx, joined) = mpsc::unbounded_channel();
+        *shared.intake.lock().unwrap_or_else(PoisonError::into_inner) = Some(Intake {
+            listener,
+            addr: pub_addr.clone(),
+            slots: Arc::new(Semaphore::new(MAX_CONNECTIONS)),
+            joined: joined_tx,
+        });
         Ok(BusServer {
-            pub_sock,
+            pub_watch,
+            joined,
             pull_sock,
             pub_addr,
             pull_addr,
@@ -211,22 +312,23 @@ impl BusServer {
         let tracker = TaskTracker::new();
         let shared = &self.handle.shared;
         tokio::join!(
-            accept_loop(
-                &self.pub_sock,
+            intake_loop(
+                self.pub_watch,
+                self.joined,
                 &self.pub_addr,
-                Role::Pub,
                 shared,
                 &cancel,
                 &tracker
             ),
-            accept_loop(
-                &self.pull_sock,
-                &self.pull_addr,
-                Role::Pull,
-                shared,
-                &cancel,
-                &tracker
-            ),
+            accept_loop(&self.pull_sock, &self.pull_addr, shared, &cancel, &tracker),
+        );
+        // Closes the pub socket (removing its file); queued connections close with it.
+        drop(
+            shared
+                .intake
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take(),
         );
         tracker.close();
         tracker.wait().await;
@@ -234,16 +336,59 @@ impl BusServer {
     }
 }
 
-#[derive(Clone, Copy)]
-enum Role {
-    Pub,
-    Pull,
+/// Serves the subscribers the intake takes in, and takes in connections that arrive while
+/// nothing is published.
+async fn intake_loop(
+    watch: std::os::fd::OwnedFd,
+    mut joined: mpsc::UnboundedReceiver<Joined>,
+    addr: &BusAddr,
+    shared: &Arc<Shared>,
+    cancel: &CancellationToken,
+    tracker: &TaskTracker,
+) {
+    // SAFETY: an `OwnedFd` is an open descriptor that it keeps, unchanged, until dropped.
+    let watch = match unsafe { AsyncFd::register_with_interest(watch, Interest::READABLE) } {
+        Ok(w) => w,
+        Err(e) => {
+            let e = e.into_parts().1;
+            warn!(socket = %addr, error = %e, "Event bus cannot wait for subscribers; they are taken in only when an event is published");
+            cancel.cancelled().await;
+            return;
+        }
+    };
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            Some(j) = joined.recv() => match j.conn.into_conn() {
+                Ok((conn, peer)) => {
+                    debug!(socket = %addr, %peer, "Event bus subscriber connected");
+                    let (shared, cancel) = (shared.clone(), cancel.clone());
+                    tracker.spawn(serve_subscriber(conn, j.rx, peer, shared, cancel, j.permit));
+                }
+                Err(e) => debug!(socket = %addr, error = %e, "Event bus subscriber lost before it was served"),
+            },
+            ready = watch.readable() => {
+                let failed = match ready {
+                    // `try_io` clears the readiness when the intake ends with WouldBlock.
+                    Ok(mut guard) => guard.try_io(|_| Err::<(), _>(shared.take_in())).ok().and_then(Result::err),
+                    Err(e) => Some(e),
+                };
+                if let Some(e) = failed {
+                    warn!(socket = %addr, error = %e, "Event bus accept failed");
+                    tokio::select! {
+                        _ = cancel.cancelled() => return,
+                        _ = tokio::time::sleep(ACCEPT_BACKOFF) => {}
+                    }
+                }
+            }
+        }
+    }
 }
 
+/// Accepts pull-socket connections (event senders).
 async fn accept_loop(
     sock: &Bound,
     addr: &BusAddr,
-    role: Role,
     shared: &Arc<Shared>,
     cancel: &CancellationToken,
     tracker: &TaskTracker,
@@ -269,17 +414,8 @@ async fn accept_loop(
             continue;
         };
         let (shared, cancel) = (shared.clone(), cancel.clone());
-        match role {
-            Role::Pub => {
-                let rx = shared.tx.subscribe();
-                debug!(socket = %addr, %peer, "Event bus subscriber connected");
-                tracker.spawn(serve_subscriber(conn, rx, peer, shared, cancel, permit));
-            }
-            Role::Pull => {
-                debug!(socket = %addr, %peer, "Event bus sender connected");
-                tracker.spawn(serve_sender(conn, peer, shared, cancel, permit));
-            }
-        }
+        debug!(socket = %addr, %peer, "Event bus sender connected");
+        tracker.spawn(serve_sender(conn, peer, shared, cancel, permit));
     }
 }
 
@@ -383,25 +519,30 @@ async fn serve_sender(
     // This connection's share of the pull buffer budget, for a frame over READ_CHUNK.
     let mut share: Option<OwnedSemaphorePermit> = None;
     loop {
-        // Publish every whole frame buffered, then shift the rest down once.
+        // Publish every whole frame buffered (in one go), then shift the rest down once.
         let mut pos = 0;
-        loop {
+        let mut events = Vec::new();
+        let bad_frame = loop {
             match PullFrame::check(&buf[pos..], limit) {
-                Ok(Frame::Incomplete) => break,
+                Ok(Frame::Incomplete) => break None,
                 Ok(Frame::Complete { event, consumed }) => {
                     pos += consumed;
                     match unpack_event(&event) {
-                        Ok((tag, data)) => shared.publish(Event::from_body(tag, data, &event)),
+                        Ok((tag, data)) => events.push(Event::from_body(tag, data, &event)),
                         Err(e) => {
                             warn!(%peer, error = %e, "Dropping malformed event from event bus sender")
                         }
                     }
                 }
-                Err(e) => {
-                    warn!(%peer, error = %e, "Closing event bus sender connection: bad frame");
-                    return;
-                }
+                Err(e) => break Some(e),
             }
+        };
+        if !events.is_empty() {
+            shared.publish_all(events);
+        }
+        if let Some(e) = bad_frame {
+            warn!(%peer, error = %e, "Closing event bus sender connection: bad frame");
+            return;
         }
         buf.drain(..pos);
         if buf.is_empty() && buf.capacity() > 4 * READ_CHUNK {

@@ -56,18 +56,93 @@ impl Bound {
         match self {
             Bound::Unix { listener, .. } => {
                 let (s, _) = listener.accept().await?;
-                let peer = match s.peer_cred() {
-                    Ok(c) => match c.pid() {
-                        Some(pid) => format!("pid {pid} uid {}", c.uid()),
-                        None => format!("uid {}", c.uid()),
-                    },
-                    Err(_) => "unknown peer".to_owned(),
-                };
+                let peer = unix_peer(&s);
                 Ok((Conn::Unix(s), peer))
             }
             Bound::Tcp(l) => {
                 let (s, peer) = l.accept().await?;
                 Ok((Conn::Tcp(s), peer.to_string()))
+            }
+        }
+    }
+}
+
+/// Describes a Unix peer for logs by its credentials.
+fn unix_peer(s: &UnixStream) -> String {
+    match s.peer_cred() {
+        Ok(c) => match c.pid() {
+            Some(pid) => format!("pid {pid} uid {}", c.uid()),
+            None => format!("uid {}", c.uid()),
+        },
+        Err(_) => "unknown peer".to_owned(),
+    }
+}
+
+impl Bound {
+    /// This socket as a [`SyncListener`], out of the runtime's hands.
+    pub(crate) fn into_sync(self) -> io::Result<SyncListener> {
+        let (inner, file) = match self {
+            Bound::Unix { listener, _file } => (SyncInner::Unix(listener.into_std()?), Some(_file)),
+            Bound::Tcp(l) => (SyncInner::Tcp(l.into_std()?), None),
+        };
+        match &inner {
+            SyncInner::Unix(l) => l.set_nonblocking(true)?,
+            SyncInner::Tcp(l) => l.set_nonblocking(true)?,
+        }
+        Ok(SyncListener { inner, _file: file })
+    }
+}
+
+/// A listening socket whose queued connections any thread can take in at once, without
+/// the runtime: the pub socket, so that publishing first takes in every subscriber whose
+/// `connect` has returned (see `server.rs`).
+pub(crate) struct SyncListener {
+    inner: SyncInner,
+    _file: Option<SocketFile>,
+}
+
+enum SyncInner {
+    Unix(std::os::unix::net::UnixListener),
+    Tcp(std::net::TcpListener),
+}
+
+impl SyncListener {
+    /// One queued connection, without waiting: `WouldBlock` when none is queued.
+    pub(crate) fn accept_now(&self) -> io::Result<SyncConn> {
+        match &self.inner {
+            SyncInner::Unix(l) => l.accept().map(|(s, _)| SyncConn::Unix(s)),
+            SyncInner::Tcp(l) => l.accept().map(|(s, peer)| SyncConn::Tcp(s, peer)),
+        }
+    }
+
+    /// A second descriptor of the socket, to wait on for queued connections.
+    pub(crate) fn watcher(&self) -> io::Result<std::os::fd::OwnedFd> {
+        match &self.inner {
+            SyncInner::Unix(l) => l.try_clone().map(Into::into),
+            SyncInner::Tcp(l) => l.try_clone().map(Into::into),
+        }
+    }
+}
+
+/// A connection taken in by a [`SyncListener`], not yet handed to the runtime.
+pub(crate) enum SyncConn {
+    Unix(std::os::unix::net::UnixStream),
+    Tcp(std::net::TcpStream, std::net::SocketAddr),
+}
+
+impl SyncConn {
+    /// The connection as a runtime stream (call inside the runtime), and its peer for logs.
+    pub(crate) fn into_conn(self) -> io::Result<(Conn, String)> {
+        match self {
+            SyncConn::Unix(s) => {
+                s.set_nonblocking(true)?;
+                let s = UnixStream::from_std(s)?;
+                let peer = unix_peer(&s);
+                Ok((Conn::Unix(s), peer))
+            }
+            SyncConn::Tcp(s, peer) => {
+                s.set_nonblocking(true)?;
+                Ok((Conn::Tcp(TcpStream::from_std(s)?), peer.to_string()))
             }
         }
     }

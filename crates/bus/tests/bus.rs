@@ -43,6 +43,7 @@ async fn in_process_fire_reaches_every_socket_subscriber() {
     assert!(value::get_str(ea.data(), "_stamp").is_some_and(|s| s.ends_with("+00:00")));
     assert_eq!(ea.frame(), eb.frame());
     assert_eq!(ea.frame(), frame_pub(&pack_event(ea.tag(), ea.data())));
+    assert_eq!(bus.handle.published_events(), 1);
     bus.stop().await;
 }
 
@@ -75,6 +76,7 @@ async fn pull_events_reach_socket_and_in_process_subscribers() {
     );
     assert_eq!(e1.frame(), e2.frame());
     assert_eq!(e1.body(), pack_event(e1.tag(), e1.data()));
+    assert_eq!(bus.handle.published_events(), 1, "pull events are counted");
     bus.stop().await;
 }
 
@@ -479,4 +481,56 @@ async fn large_events_cross_many_reads_and_oversized_data_is_trimmed() {
     assert_eq!(value::get_str(ev.data(), "v"), Some("VALUE_TRIMMED"));
     assert_eq!(value::get_str(ev.data(), "keep"), Some("small"));
     bus.stop().await;
+}
+
+/// Salt's clients connect to the pub socket, then publish a job and wait for its events.
+/// `connect` returns once the kernel queued the connection, before the bus accepted it; an
+/// event fired after that must reach the new subscriber all the same. The runtime has one
+/// thread and the test does not yield between connecting and firing, so the bus's accept
+/// loop cannot have run: only a bus that takes queued connections in before it publishes
+/// passes.
+#[tokio::test(flavor = "current_thread")]
+async fn an_event_fired_right_after_a_subscriber_connects_reaches_it() {
+    let dir = tempfile::tempdir().unwrap();
+    for sockets in [BusSockets::master(dir.path()), BusSockets::tcp(0, 0)] {
+        let bus = start(&sockets).await;
+        for i in 0..20 {
+            let tag = format!("race/{i}");
+            let mut conn: Box<dyn tokio::io::AsyncRead + Unpin> = match &bus.pub_addr {
+                BusAddr::Unix(p) => {
+                    let s = std::os::unix::net::UnixStream::connect(p).unwrap();
+                    s.set_nonblocking(true).unwrap();
+                    Box::new(UnixStream::from_std(s).unwrap())
+                }
+                BusAddr::Tcp(port) => {
+                    let s = std::net::TcpStream::connect(("127.0.0.1", *port)).unwrap();
+                    s.set_nonblocking(true).unwrap();
+                    Box::new(tokio::net::TcpStream::from_std(s).unwrap())
+                }
+            };
+            bus.handle
+                .fire(&tag, value::map([("i", Value::from(i))]))
+                .unwrap();
+            assert!(
+                reads_tag(&mut conn, &tag).await,
+                "{:?}: event {i}, fired after its subscriber connected, was lost",
+                bus.pub_addr
+            );
+        }
+        bus.stop().await;
+    }
+}
+
+/// Reads from `s` until `tag` has been seen, or fails after a while.
+async fn reads_tag(s: &mut (impl tokio::io::AsyncRead + Unpin), tag: &str) -> bool {
+    let mut buf = Vec::new();
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !buf.windows(tag.len()).any(|w| w == tag.as_bytes()) {
+        let mut chunk = [0u8; 4096];
+        match tokio::time::timeout_at(deadline, s.read(&mut chunk)).await {
+            Ok(Ok(n)) if n > 0 => buf.extend_from_slice(&chunk[..n]),
+            _ => return false,
+        }
+    }
+    true
 }
