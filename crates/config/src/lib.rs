@@ -22,9 +22,10 @@
 //!
 //! * No environment variables (`SALT_MASTER_CONFIG`, `SALT_CONFIG_DIR`) and no command
 //!   line overrides: callers pass the directory and patch fields themselves.
-//! * No `sdb://` resolution, `id_function` evaluation (refused), file_roots/pillar_roots
-//!   normalisation, `ssl` translation or worker-pool expansion; those options are kept
-//!   verbatim in `raw`.
+//! * No `sdb://` resolution, `id_function` evaluation (refused), `ssl` translation or
+//!   worker-pool expansion; those options are kept verbatim in `raw`. `file_roots` and
+//!   `pillar_roots` are verbatim in `raw` too; [`MasterConfig::roots`] reads them as
+//!   Salt's `_validate_file_roots` leaves them.
 //! * It does not write the minion id cache; [`IdSource::Generated`] tells the minion
 //!   daemon when Salt would.
 //! * It does not log: [`MasterConfig::warnings`] and [`MasterConfig::unknown_options`]

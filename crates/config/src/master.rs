@@ -243,6 +243,33 @@ impl MasterConfig {
         raw_get(&self.raw, option)
     }
 
+    /// A roots option (`file_roots`, `pillar_roots`) as Salt's `_validate_file_roots`
+    /// leaves it: `(saltenv, directories)` in the file's order, the saltenv as Python's
+    /// `str()` of the key, a value that is not a list read as no directories, and each
+    /// directory holding `*`, `?` or `[` expanded like `glob.glob` (sorted here; Python's
+    /// order is the directory's). An option that is not a mapping means Salt's fallback
+    /// `{base: [/srv/salt]}` (for `pillar_roots` too, as in Salt). Entries that are not
+    /// strings are dropped (Salt would fail on them later).
+    pub fn roots(&self, option: &str) -> Vec<(String, Vec<String>)> {
+        let Some(Value::Map(pairs)) = self.get(option) else {
+            return vec![("base".to_owned(), vec!["/srv/salt".to_owned()])];
+        };
+        pairs
+            .iter()
+            .map(|(env, dirs)| {
+                let dirs = match dirs {
+                    Value::Array(items) => items
+                        .iter()
+                        .filter_map(Value::as_str)
+                        .flat_map(expand_glob_path)
+                        .collect(),
+                    _ => Vec::new(),
+                };
+                (py_str_key(env), dirs)
+            })
+            .collect()
+    }
+
     /// Options set in the files (main and included) that neither Salt nor Halite knows,
     /// each with the file and the closest valid name; the daemons warn about them.
     pub fn unknown_options(&self) -> Vec<crate::UnknownOption> {
@@ -468,6 +495,31 @@ pub(crate) fn raw_get<'a>(raw: &'a Value, option: &str) -> Option<&'a Value> {
     }
 }
 
+/// Salt's `_expand_glob_path` for one directory: globbed when it has magic characters.
+fn expand_glob_path(dir: &str) -> Vec<String> {
+    if !dir.contains(['*', '?', '[']) {
+        return vec![dir.to_owned()];
+    }
+    let mut found: Vec<String> = crate::glob::glob(Path::new(dir))
+        .into_iter()
+        .filter_map(|p| p.to_str().map(str::to_owned))
+        .collect();
+    found.sort();
+    found
+}
+
+/// Python's `str()` of a YAML mapping key (a string, a number, a boolean or null).
+fn py_str_key(key: &Value) -> String {
+    match key {
+        Value::String(s) => String::from_utf8_lossy(s.as_bytes()).into_owned(),
+        Value::Boolean(true) => "True".to_owned(),
+        Value::Boolean(false) => "False".to_owned(),
+        Value::Nil => "None".to_owned(),
+        Value::F64(f) if f.is_finite() && f.fract() == 0.0 && f.abs() < 1e16 => format!("{f:.1}"),
+        other => other.to_string(),
+    }
+}
+
 /// `"rest" in opts.get("external_auth", {})`.
 fn external_auth_has_rest(value: Option<&Value>) -> bool {
     let rest = Value::from("rest");
@@ -568,6 +620,43 @@ mod tests {
         assert_eq!(cfg.master_pubkey_signature, "mm.sig");
         let cfg = load("id: mm\nmaster_pubkey_signature: ''\n").unwrap();
         assert_eq!(cfg.master_pubkey_signature, "mm_pubkey_signature");
+    }
+
+    #[test]
+    fn roots_follow_salts_validate_file_roots() {
+        let dir = tempfile::tempdir().unwrap();
+        for sub in ["f1", "f2", "other"] {
+            std::fs::create_dir(dir.path().join(sub)).unwrap();
+        }
+        let d = dir.path().display();
+        let cfg = load(&format!(
+            "file_roots:\n  base: [/srv/a, '{d}/f*']\n  2: /not/a/list\n  dev: [/srv/d, 7]\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            cfg.roots("file_roots"),
+            vec![
+                (
+                    "base".to_owned(),
+                    vec!["/srv/a".to_owned(), format!("{d}/f1"), format!("{d}/f2")]
+                ),
+                ("2".to_owned(), vec![]),
+                ("dev".to_owned(), vec!["/srv/d".to_owned()]),
+            ]
+        );
+        let cfg = load("file_roots: [/srv/x]\n").unwrap();
+        assert_eq!(
+            cfg.roots("file_roots"),
+            vec![("base".to_owned(), vec!["/srv/salt".to_owned()])]
+        );
+        let cfg = load("id: m\n").unwrap();
+        assert_eq!(
+            cfg.roots("file_roots"),
+            vec![(
+                "base".to_owned(),
+                vec!["/srv/salt".to_owned(), "/srv/spm/salt".to_owned()]
+            )]
+        );
     }
 
     #[test]

@@ -189,6 +189,8 @@ impl Master {
         let claimed = value::get_str(load, "user");
         let Some(owner) = self.key_owner(value::get(load, "key")) else {
             tracing::warn!("Authentication failure of type \"user\" occurred.");
+            self.metrics
+                .count_client_auth_failure(halite_metrics::ClientAuth::User);
             return Err(Refusal::Authentication);
         };
         if self.is_root_user(owner) {

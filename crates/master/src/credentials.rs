@@ -22,6 +22,7 @@ use crate::logins::LoginError;
 use crate::Master;
 use halite_acl::Acl;
 use halite_eauth::Identity;
+use halite_metrics::ClientAuth;
 use halite_proto::value::{self, s};
 use halite_proto::Value;
 use halite_token::Token;
@@ -149,6 +150,7 @@ impl Master {
             tracing::warn!("The eauth system \"{eauth}\" is not enabled");
         }
         tracing::warn!("Authentication failure of type \"eauth\" occurred.");
+        self.metrics.count_client_auth_failure(ClientAuth::Eauth);
         if err == LoginError::Busy {
             tracing::warn!("Too many eauth logins are waiting; one was refused");
         }
@@ -171,6 +173,7 @@ impl Master {
     pub(crate) fn authenticate_token(&self, token: &str) -> Result<Caller, Refusal> {
         let refused = || {
             tracing::warn!("Authentication failure of type \"token\" occurred.");
+            self.metrics.count_client_auth_failure(ClientAuth::Token);
             Refusal::Authentication
         };
         if !halite_token::is_token_id(token) {

@@ -379,6 +379,16 @@ const AES_COMMANDS: &[&str] = &[
     "minion_publish",
     "pub_ret",
     "minion_runner",
+    "_serve_file",
+    "_file_find",
+    "_file_hash",
+    "_file_hash_and_stat",
+    "_file_list",
+    "_file_list_emptydirs",
+    "_dir_list",
+    "_symlink_list",
+    "_file_envs",
+    "_master_tops",
 ];
 
 /// A load that would do harm wherever it was honoured: a root publish of `cmd.run`, a file
@@ -643,10 +653,10 @@ fn cve_2020_11652_ids_never_become_paths_outside_their_directories() {
 /// CVE-2020-11652 through jids, file names and tags from an accepted minion: a return
 /// with a jid that is not a jid is dropped (an `id` inside an encrypted load other than
 /// the sender's is refused before any handler: `cve_2020_11652_ids_never_become_paths_
-/// outside_their_directories`), file-server and `_file_recv` paths are not served at all, a
-/// `pub_ret` for a traversal jid answers `{}`, and event tags are only ever tags. The
-/// runner `jobs.lookup_jid` with a traversal jid finds nothing. No file is written or
-/// changed except the job store taking the one valid return.
+/// outside_their_directories`), `_file_recv` is not served and file-server paths find
+/// nothing, a `pub_ret` for a traversal jid answers `{}`, and event tags are only ever
+/// tags. The runner `jobs.lookup_jid` with a traversal jid finds nothing. No file is
+/// written or changed except the job store taking the one valid return.
 #[test]
 fn cve_2020_11652_jids_paths_and_tags_never_become_paths() {
     let tm = TestMaster::new("");
@@ -671,16 +681,23 @@ fn cve_2020_11652_jids_paths_and_tags_never_become_paths() {
             Value::Map(vec![]),
             "pub_ret {bad:?}"
         );
-        for cmd in [
-            "_file_recv",
-            "_serve_file",
-            "_file_find",
-            "_file_hash",
-            "_dir_list",
+        let mut load = hostile("_file_recv");
+        value::set(&mut load, "path", s(bad.clone()));
+        assert_eq!(
+            m1.call_now(&tm, load),
+            Value::Map(vec![]),
+            "_file_recv {bad:?}"
+        );
+        // The file server refuses the path: Salt's replies for a file that is not there.
+        for (cmd, nothing) in [
+            ("_serve_file", map([("data", s("")), ("dest", s(""))])),
+            ("_file_find", map([("path", s("")), ("rel", s(""))])),
+            ("_file_hash", s("")),
+            ("_file_hash_and_stat", Value::Array(vec![s(""), Value::Nil])),
         ] {
             let mut load = hostile(cmd);
             value::set(&mut load, "path", s(bad.clone()));
-            assert_eq!(m1.call_now(&tm, load), Value::Map(vec![]), "{cmd} {bad:?}");
+            assert_eq!(m1.call_now(&tm, load), nothing, "{cmd} {bad:?}");
         }
         let event = map([
             ("cmd", s("_minion_event")),

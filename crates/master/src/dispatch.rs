@@ -12,11 +12,12 @@
 //! [`EXCEPTION_REPLY`] (see [`crate::boundary`]).
 //!
 //! The handlers live by concern in [`crate::handlers`]: `auth`, `publish`, `minion`
-//! (returns, events, pillar), `peer`, `runner`, `wheel`.
+//! (returns, events, pillar), `peer`, `runner`, `wheel`, `fileserver`.
 
 use crate::boundary;
 use crate::keys::AcceptedKey;
 use crate::Master;
+use halite_metrics::RequestRefusal;
 use halite_proto::auth;
 use halite_proto::crypticle::Crypticle;
 use halite_proto::envelope::{self, Request, BAD_LOAD};
@@ -26,7 +27,7 @@ use halite_proto::Value;
 use halite_transport::{PeerId, ServerTransport};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Instant, SystemTime};
 
 /// A clear-channel command handler.
 type ClearHandler = fn(&Master, ClearCall<'_>) -> ClearReply;
@@ -155,7 +156,24 @@ const AES_HANDLERS: &[(&str, AesHandler)] = &[
     ("minion_publish", Master::handle_minion_publish),
     ("pub_ret", Master::handle_pub_ret),
     ("minion_runner", Master::handle_minion_runner),
+    // The fileserver (`halite_fileserver::Command::ALL`).
+    ("_serve_file", Master::handle_fileserver),
+    ("_file_find", Master::handle_fileserver),
+    ("_file_hash", Master::handle_fileserver),
+    ("_file_hash_and_stat", Master::handle_fileserver),
+    ("_file_list", Master::handle_fileserver),
+    ("_file_list_emptydirs", Master::handle_fileserver),
+    ("_dir_list", Master::handle_fileserver),
+    ("_symlink_list", Master::handle_fileserver),
+    ("_file_envs", Master::handle_fileserver),
+    ("_master_tops", Master::handle_fileserver),
 ];
+
+/// Every command of both tables: the `cmd` values the request-latency histogram knows.
+pub(crate) fn command_names() -> impl Iterator<Item = &'static str> {
+    let clear = CLEAR_HANDLERS.iter().map(|(name, _)| *name);
+    clear.chain(AES_HANDLERS.iter().map(|(name, _)| *name))
+}
 
 pub(crate) fn bad_load() -> Value {
     s(BAD_LOAD)
@@ -212,6 +230,7 @@ impl Master {
     /// for clear requests, and a clear load decoded within a budget proportional to its
     /// length.
     fn dispatch(&self, body: &[u8], peer: &PeerId) -> Option<Value> {
+        let started = Instant::now();
         let limit = usize::try_from(self.cfg.max_request_size).unwrap_or(usize::MAX);
         if body.len() > limit {
             tracing::warn!(
@@ -271,7 +290,9 @@ impl Master {
                     },
                 };
                 let what = || format!("the clear command {cmd:?}");
-                match self.isolate_request(peer, what, || handler(self, call)) {
+                let outcome = self.isolate_request(peer, what, || handler(self, call));
+                self.metrics.observe_request(cmd, started.elapsed());
+                match outcome {
                     Some(ClearReply::Send(v)) => Some(v),
                     Some(ClearReply::Held) => None,
                     None => Some(s(EXCEPTION_REPLY)),
@@ -283,10 +304,12 @@ impl Master {
                 enc_algo,
                 sig_algo,
                 ..
-            } => self.dispatch_aes(id, blob, enc_algo, sig_algo, peer),
+            } => self.dispatch_aes(id, blob, enc_algo, sig_algo, peer, started),
         }
     }
 
+    /// An encrypted request, checked (session key, ttl, accepted key, token) and handed to
+    /// its handler; `started` is when its handling began (the latency histogram).
     fn dispatch_aes(
         &self,
         id: &str,
@@ -294,14 +317,19 @@ impl Master {
         enc_algo: EncAlgo,
         sig_algo: SigAlgo,
         peer: &PeerId,
+        started: Instant,
     ) -> Option<Value> {
+        let refused = |reason| {
+            self.metrics.count_refusal(reason);
+            Some(bad_load())
+        };
         if !auth::valid_id(id) {
             tracing::warn!(id, "Encrypted request from an invalid id refused");
-            return Some(bad_load());
+            return refused(RequestRefusal::InvalidId);
         }
         let Some(session) = self.sessions.get(id, SystemTime::now()) else {
             tracing::info!("Encrypted request from {id} without a current session key; asking it to re-authenticate");
-            return Some(bad_load());
+            return refused(RequestRefusal::NoSession);
         };
         let req = match envelope::open_aes_request(&session, id, blob) {
             Ok(r) => r,
@@ -309,23 +337,25 @@ impl Master {
                 tracing::warn!(
                     "Failed to decrypt a request from {id}: {e}; asking it to re-authenticate"
                 );
-                return Some(bad_load());
+                return refused(RequestRefusal::Undecryptable);
             }
         };
         if self.request_expired(id, &req.load) {
-            return Some(bad_load());
+            return refused(RequestRefusal::Expired);
         }
         let Some(key) = self.keys.accepted(id) else {
             tracing::warn!("Encrypted request from {id}, which has no accepted key, refused");
-            return Some(bad_load());
+            return refused(RequestRefusal::NotAccepted);
         };
         if !req.tok.as_deref().is_some_and(|t| key.verify_tok(t)) {
             tracing::warn!("Minion token of {id} did not verify; request refused");
-            return Some(bad_load());
+            return refused(RequestRefusal::BadToken);
         }
         let cmd = value::get_str(&req.load, "cmd").unwrap_or("");
+        let mut timed = None;
         let reply = match AES_HANDLERS.iter().find(|(name, _)| *name == cmd) {
             Some((name, handler)) => {
+                timed = Some(*name);
                 let call = AesCall {
                     id,
                     load: req.load,
@@ -355,7 +385,7 @@ impl Master {
                 AesReply::Send(Value::Map(vec![]))
             }
         };
-        match reply {
+        let out = match reply {
             AesReply::Send(v) => Some(
                 match envelope::seal_reply(&session, &v, req.nonce.as_deref()) {
                     Ok(v) => v,
@@ -367,6 +397,10 @@ impl Master {
             ),
             AesReply::Private(v) => Some(v),
             AesReply::Held => None,
+        };
+        if let Some(name) = timed {
+            self.metrics.observe_request(name, started.elapsed());
         }
+        out
     }
 }

@@ -271,6 +271,37 @@ impl JobWriter {
     pub fn failing(&self) -> Option<String> {
         self.health.get()
     }
+
+    /// A view of the queue for the metrics; unlike a `JobWriter`, it does not keep the
+    /// writer thread running.
+    pub fn depth(&self) -> QueueDepth {
+        QueueDepth {
+            room: self.room.clone(),
+            health: self.health.clone(),
+        }
+    }
+}
+
+/// What waits in the job-cache writer's queue (see [`JobWriter::depth`]).
+pub struct QueueDepth {
+    room: Arc<Room>,
+    health: Arc<Health>,
+}
+
+impl QueueDepth {
+    /// Writes queued, their bytes, and whether the job cache is failing, now.
+    pub fn get(&self) -> halite_metrics::JobCacheQueue {
+        let (queued, bytes) = {
+            let st = self.room.lock();
+            (st.queued, st.bytes)
+        };
+        let wide = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+        halite_metrics::JobCacheQueue {
+            depth: wide(queued),
+            bytes: wide(bytes),
+            failing: self.health.get().is_some(),
+        }
+    }
 }
 
 /// One queued write and which of its parts are done.

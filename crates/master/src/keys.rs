@@ -110,6 +110,8 @@ pub struct KeyIndex {
     listed: Mutex<BTreeSet<String>>,
     /// Keys in `minions_pre/`: the last refresh's count plus the auth path's reservations.
     pending: Mutex<PendingCount>,
+    /// Keys in `minions_rejected/` and `minions_denied/` at the last refresh (metrics).
+    others: Mutex<(usize, usize)>,
 }
 
 /// The pending keys counted by a [`KeyIndex`].
@@ -155,6 +157,7 @@ impl KeyIndex {
             mtimes: Mutex::new(vec![None; WATCHED.len()]),
             listed: Mutex::new(BTreeSet::new()),
             pending: Mutex::new(PendingCount::default()),
+            others: Mutex::new((0, 0)),
         };
         idx.refresh();
         idx
@@ -234,6 +237,37 @@ impl KeyIndex {
         }
     }
 
+    /// Counts `minions_rejected/` and `minions_denied/` (in a refresh: a directory changed).
+    fn recount_others(&self) {
+        let count = |state| {
+            self.store.count(state).unwrap_or_else(|e| {
+                tracing::debug!("Cannot count the {state:?} keys: {e}");
+                0
+            })
+        };
+        let counts = (count(KeyState::Rejected), count(KeyState::Denied));
+        *self.others.lock().unwrap_or_else(|e| e.into_inner()) = counts;
+    }
+
+    /// Keys by state, for the metrics: accepted as indexed, pending as counted for
+    /// `max_pending_keys`, rejected and denied as the last refresh counted them.
+    pub fn counts(&self) -> halite_metrics::KeyCounts {
+        let wide = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+        let accepted = self
+            .accepted
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .len();
+        let pending = self.pending.lock().unwrap_or_else(|e| e.into_inner()).keys;
+        let (rejected, denied) = *self.others.lock().unwrap_or_else(|e| e.into_inner());
+        halite_metrics::KeyCounts {
+            accepted: wide(accepted),
+            pending: wide(pending),
+            rejected: wide(rejected),
+            denied: wide(denied),
+        }
+    }
+
     /// The ids of accepted minions.
     pub fn accepted_ids(&self) -> Arc<BTreeSet<String>> {
         if let Some(ids) = &*self.ids.read().unwrap_or_else(|e| e.into_inner()) {
@@ -280,6 +314,7 @@ impl KeyIndex {
             };
         }
         self.recount_pending(|| self.store.count(KeyState::Pending));
+        self.recount_others();
         let on_disk: BTreeSet<String> = self
             .store
             .list(KeyState::Accepted)

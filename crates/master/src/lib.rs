@@ -8,7 +8,9 @@
 //! - the [`jobs::JobWriter`] thread writes the job cache (redb) and Salt's `local_cache`;
 //! - a maintenance task refreshes the [`keys::KeyIndex`] when key directories change and
 //!   rotates the AES key when a key is removed (so a deleted minion can no longer read
-//!   publishes, as Salt's `rotate_aes_key` does).
+//!   publishes, as Salt's `rotate_aes_key` does);
+//! - the metrics socket `sock_dir/master_metrics.ipc` ([`metrics`], a Halite extension)
+//!   serves snapshots of what the workers count to `halite-api`'s `GET /metrics`.
 //!
 //! A panic while handling one request, or one item of a background thread, is caught,
 //! logged and counted ([`boundary`], [`Master::stats`]); the thread goes on.
@@ -31,6 +33,7 @@ pub mod handlers;
 pub mod jobs;
 pub mod keys;
 pub mod logins;
+pub mod metrics;
 pub mod publisher;
 pub mod sessions;
 #[cfg(test)]
@@ -102,6 +105,9 @@ pub enum Error {
     /// The eauth token store could not be opened.
     #[error("eauth tokens: {0}")]
     Tokens(#[from] halite_token::Error),
+    /// The metrics socket (a Halite extension) could not be bound.
+    #[error("metrics: {0}")]
+    Metrics(#[from] halite_metrics::Error),
     /// `master_use_pubkey_signature` is on but the signature file is missing or empty.
     #[error("no usable master public-key signature at {}", .0.display())]
     PubkeySignature(std::path::PathBuf),
@@ -144,8 +150,12 @@ pub struct Master {
     token_expire: f64,
     /// `keep_acl_in_token`.
     keep_acl_in_token: bool,
+    /// The `roots` file server (`halite-fileserver`).
+    fileserver: halite_fileserver::Roots,
     /// Panics survived (see [`boundary`]).
     stats: Arc<Stats>,
+    /// What the workers count (see [`metrics`]).
+    metrics: halite_metrics::MasterMetrics,
 }
 
 /// What a [`Master`] is built from besides its config: where replies and publishes go,
@@ -194,6 +204,11 @@ impl Master {
         let acl = handlers::peer::PeerAcls::from_config(&cfg)?;
         let access = access::AccessControl::from_config(&cfg)?;
         let eauth = Arc::new(external_auth(&cfg)?);
+        let fileserver = halite_fileserver::Roots::from_master(&cfg)
+            .map_err(|e| Error::Config(e.to_string()))?;
+        for w in fileserver.warnings() {
+            tracing::warn!("{w}");
+        }
         let token_expire = cfg
             .get("token_expire")
             .and_then(|v| match v {
@@ -234,7 +249,9 @@ impl Master {
             tokens: parts.tokens,
             token_expire,
             keep_acl_in_token,
+            fileserver,
             stats,
+            metrics: halite_metrics::MasterMetrics::new(dispatch::command_names()),
             cfg,
         }))
     }
@@ -347,6 +364,7 @@ impl Master {
         if rotate {
             tracing::info!("Rotating AES key");
             self.publisher.rotate();
+            self.metrics.count_aes_rotation();
             self.events
                 .fire("key", map([("rotate_aes_key", Value::from(true))]));
         }
@@ -440,6 +458,27 @@ fn make_dir(path: &Path, mode: u32) -> Result<(), Error> {
     std::fs::create_dir_all(path).map_err(io_err("cannot create", path))?;
     let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode));
     Ok(())
+}
+
+/// The master's transport, bound once the master is built (see [`run`]); the master
+/// sends nothing while it is built, and until then this answers [`halite_transport::Error::Closed`].
+#[derive(Default)]
+struct BoundLater(std::sync::OnceLock<Arc<ZmqServer>>);
+
+impl ServerTransport for BoundLater {
+    fn reply(&self, peer: PeerId, body: Vec<u8>) -> Result<(), halite_transport::Error> {
+        let t = self.0.get().ok_or(halite_transport::Error::Closed)?;
+        t.reply(peer, body)
+    }
+
+    fn publish(&self, frame: Vec<u8>) -> Result<(), halite_transport::Error> {
+        let t = self.0.get().ok_or(halite_transport::Error::Closed)?;
+        t.publish(frame)
+    }
+
+    fn publish_peers(&self) -> Vec<std::net::IpAddr> {
+        self.0.get().map(|t| t.publish_peers()).unwrap_or_default()
+    }
 }
 
 /// The transport's socket options from the ZeroMQ options Salt reads: `pub_hwm`,
@@ -586,18 +625,18 @@ pub async fn run(
         cfg.keep_jobs_seconds,
         stats.clone(),
     );
+    let job_queue = writer.depth();
 
     let zcfg = zmq_config(&cfg);
-    let (transport, incoming) = ZmqServer::bind(&zcfg)?;
-    let transport = Arc::new(transport);
     let local = LocalCacheWriter::new(&cfg.cachedir, hash_type);
     let tokens = Arc::new(RedbTokenStore::open(
         cfg.cachedir.join(halite_token::TOKEN_FILE),
     )?);
+    let late = Arc::new(BoundLater::default());
     let master = Master::with_stats(
         cfg,
         Parts {
-            transport: transport.clone(),
+            transport: late.clone(),
             events: Arc::new(bus.clone()),
             jobs: Arc::new(JobCache { writer, local }),
             job_store,
@@ -606,9 +645,18 @@ pub async fn run(
         stats,
     )?;
 
+    // The ports open only now that the local users' client keys are written (as stock
+    // writes them before its request server starts): a client that finds the request port
+    // open finds its key too.
+    let (transport, incoming) = ZmqServer::bind(&zcfg)?;
+    let transport = Arc::new(transport);
+    let _ = late.0.set(transport.clone());
+
     if master.access.has_acl() || !master.eauth.enabled().is_empty() {
         open_bus_to_acl_users(&master.cfg);
     }
+    // Halite extension: the metrics socket halite-api reads (see [`metrics`]).
+    let metrics_task = metrics::serve(&master, bus.clone(), job_queue, shutdown.child_token())?;
 
     // Request workers: OS threads, like Salt's MWorkers, sharing one queue.
     let incoming = Arc::new(Mutex::new(incoming));
@@ -660,6 +708,7 @@ pub async fn run(
     for w in workers {
         let _ = w.join();
     }
+    let _ = metrics_task.await;
     // Then the publisher: minions see their publish connection close.
     transport.shutdown();
     drop(master);

@@ -34,6 +34,7 @@ use crate::keys::PendingPlace;
 use crate::Master;
 use halite_config::MasterConfig;
 use halite_keystore::KeyStore;
+use halite_metrics::AuthFailure;
 use halite_proto::auth::{self, Decision, KeyState, Policy, Store};
 use halite_proto::envelope::{self, AcceptKeys, AuthRequest};
 use halite_proto::pem::clean_key;
@@ -118,10 +119,12 @@ fn signature_is_stale(cfg: &MasterConfig, store: &KeyStore, master_pub: &str, si
 
 impl Master {
     pub(crate) fn handle_auth(&self, load: &Value) -> Value {
+        self.metrics.count_auth_request();
         let req = match AuthRequest::parse(load) {
             Ok(r) => r,
             Err(e) => {
                 tracing::warn!(error = ?e, "Unusable _auth request");
+                self.metrics.count_auth_failure(AuthFailure::Malformed);
                 return e.reply();
             }
         };
@@ -129,6 +132,7 @@ impl Master {
             Ok(v) => v,
             Err(e) => {
                 tracing::error!("Authentication of {} failed internally: {e}", req.id);
+                self.metrics.count_auth_failure(AuthFailure::Error);
                 bad_load()
             }
         }
@@ -138,6 +142,7 @@ impl Master {
         let id = req.id.as_str();
         if !auth::valid_id(id) {
             tracing::info!("Authentication request from invalid id {id}");
+            self.metrics.count_auth_failure(AuthFailure::InvalidId);
             return envelope::ret_reply(&self.key, req, Value::from(false));
         }
         tracing::info!("Authentication request from {id}");
@@ -145,6 +150,7 @@ impl Master {
             tracing::warn!(
                 "Corrupt or missing public key \"{id}\": {e}; the sign-in is refused and nothing is stored"
             );
+            self.metrics.count_auth_failure(AuthFailure::BadKey);
             return envelope::ret_reply(&self.key, req, Value::from(false));
         }
         let policy = Policy {
@@ -157,6 +163,7 @@ impl Master {
             Ok(k) => k,
             Err(e) => {
                 tracing::error!("Could not read the key of {id}: {e}");
+                self.metrics.count_auth_failure(AuthFailure::Error);
                 return envelope::ret_reply(&self.key, req, Value::from(false));
             }
         };
@@ -177,6 +184,7 @@ impl Master {
             }
         }
         self.log_decision(id, stored.as_ref().map(|(st, _)| *st), decision);
+        self.count_auth_decision(decision);
         let persisted = match decision.store() {
             Store::Nothing => Ok(()),
             Store::Key(state) => self
@@ -260,6 +268,7 @@ impl Master {
             req.id
         );
         self.fire_auth_event(req, Decision::Full);
+        self.metrics.count_auth_failure(AuthFailure::Full);
         envelope::ret_reply(&self.key, req, s("full"))
     }
 
@@ -267,12 +276,14 @@ impl Master {
         let id = req.id.as_str();
         let Some((_, public)) = self.keys.insert(id, &req.pub_pem) else {
             tracing::error!("Corrupt or missing public key \"{id}\"");
+            self.metrics.count_auth_failure(AuthFailure::Error);
             return envelope::ret_reply(&self.key, req, Value::from(false));
         };
         let session = match self.sessions.get_or_create(id, SystemTime::now()) {
             Ok(s) => s,
             Err(e) => {
                 tracing::error!("Could not write the session key of {id}: {e}");
+                self.metrics.count_auth_failure(AuthFailure::Error);
                 return envelope::ret_reply(&self.key, req, Value::from(false));
             }
         };

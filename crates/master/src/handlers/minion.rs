@@ -59,6 +59,7 @@ impl Master {
         self.events
             .fire(&format!("salt/job/{jid}/ret/{}", call.id), load);
         self.jobs.add_return(jid, call.id.to_owned(), packed);
+        self.metrics.count_return();
         AesReply::Send(Value::Nil)
     }
 
@@ -142,7 +143,7 @@ impl Master {
 
     pub(crate) fn handle_master_opts(&self, call: AesCall<'_>) -> AesReply {
         let mut opts = vec![
-            (s("file_roots"), map([("base", Value::Array(vec![]))])),
+            (s("file_roots"), self.file_roots_for_minions()),
             (s("top_file_merging_strategy"), s("merge")),
             (s("env_order"), Value::Array(vec![])),
             (s("default_top"), s("base")),

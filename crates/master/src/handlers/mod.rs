@@ -2,6 +2,7 @@
 //! tables in [`crate::dispatch`] name.
 
 pub mod auth;
+pub mod fileserver;
 pub mod minion;
 pub mod peer;
 pub mod publish;

@@ -283,6 +283,7 @@ impl Master {
         self.events
             .fire(&format!("salt/job/{jid}/publish"), pub_load.clone());
         self.publisher.publish(pub_load)?;
+        self.metrics.count_publish();
         Ok(Published {
             jid: Some(jid),
             minions,
