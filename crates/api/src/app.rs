@@ -8,11 +8,14 @@
 //! | `/minions[/<mid>]` | GET, POST | yes | `grains.items`; `local_async` (202) |
 //! | `/jobs[/<jid>]` | GET | yes | `jobs.list_jobs`; `jobs.list_job` |
 //! | `/keys[/<mid>]` | GET | (chunk) | wheel `key.list_all`; `key.finger` |
+//! | `/keys` | POST | – | wheel `key.gen_accept`: the key-pair tarball (see [`crate::keys`]) |
 //! | `/run` | POST | – | lowstate with credentials in each chunk |
 //! | `/token` | POST | – | eauth tokens |
 //! | `/events` | GET | yes | SSE (see [`crate::events`]) |
+//! | `/ws[/<token>]` | GET | yes (or in the path) | WebSocket events (see [`crate::ws`]) |
 //! | `/<webhook_url>[/...]` | POST | unless `webhook_disable_auth` | fires `salt/netapi/hook/...` |
 //! | `/stats` | GET | unless `stats_disable_auth` | request counters |
+//! | `/metrics` | GET | unless `metrics_disable_auth` | Prometheus metrics (see [`crate::metrics`]) |
 //! | `<static_path>/...`, `<app_path>[/...]` | GET | – | static files, the single-page app |
 //!
 //! Every response carries salt-api's CORS headers, with `X-Auth-Token` exposed (stock
@@ -31,12 +34,14 @@
 
 use crate::body;
 use crate::config::{ApiConfig, CLIENTS};
-use crate::events::{self, Hub, StreamSpec};
+use crate::events::{self, AclSettings, Hub, JobFilter, StreamSpec, Wire};
 use crate::link::MasterLink;
 use crate::lowstate::Executor;
 use crate::render::{self, error_page, negotiate, respond, Failure, Format};
 use crate::session::{self, presented_token, Session, Sessions};
 use axum::body::{Body, Bytes};
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
+use axum::extract::ws::WebSocketUpgrade;
 use axum::extract::{Path, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
@@ -84,8 +89,12 @@ pub struct Api {
     sessions: Arc<Sessions>,
     exec: Executor,
     hub: Arc<Hub>,
+    /// `events_acl`: what the event streams' ACL filter reads, when on.
+    events_acl: Option<Arc<AclSettings>>,
     limiter: Semaphore,
     stats: Stats,
+    /// `/metrics`: the API's own metrics and where the master's are read.
+    metrics: crate::metrics::ApiMetrics,
     shutdown: CancellationToken,
 }
 
@@ -94,7 +103,13 @@ impl Api {
     pub fn new(cfg: ApiConfig, link: MasterLink, shutdown: CancellationToken) -> Arc<Api> {
         let cfg = Arc::new(cfg);
         let link = Arc::new(link);
-        let hub = Hub::new(link.bus().clone());
+        let hub = Hub::new(link.bus().clone(), cfg.events_acl);
+        let events_acl = cfg.events_acl.then(|| {
+            Arc::new(AclSettings::from_master(link.config()).unwrap_or_else(|e| {
+                tracing::error!("events_acl: {e}; every job event is hidden from event streams");
+                AclSettings::deny_all()
+            }))
+        });
         tokio::spawn(hub.clone().run(shutdown.clone()));
         let sessions = Arc::new(Sessions::new(link.clone()));
         Arc::new(Api {
@@ -109,10 +124,22 @@ impl Api {
                 streams: AtomicUsize::new(0),
             },
             hub,
+            events_acl,
+            metrics: crate::metrics::ApiMetrics::new(&link.config().sock_dir),
             link,
             cfg,
             shutdown,
         })
+    }
+
+    /// The API's metrics.
+    pub(crate) fn metrics(&self) -> &crate::metrics::ApiMetrics {
+        &self.metrics
+    }
+
+    /// Event streams (`/events`, `/ws`) open now.
+    pub(crate) fn event_streams(&self) -> usize {
+        self.stats.streams.load(Ordering::Relaxed)
     }
 
     /// The configuration.
@@ -128,13 +155,18 @@ impl Api {
             .route("/run/", axum::routing::post(run))
             .route("/token", axum::routing::post(token))
             .route("/token/", axum::routing::post(token))
-            .route("/keys", get(keys))
-            .route("/keys/", get(keys))
+            .route("/keys", get(keys).post(crate::keys::gen_accept))
+            .route("/keys/", get(keys).post(crate::keys::gen_accept))
             .route("/keys/{mid}", get(key))
             .route("/events", get(events))
             .route("/events/", get(events))
+            .route("/ws", get(ws_session))
+            .route("/ws/", get(ws_session))
+            .route("/ws/{token}", get(ws_token))
             .route("/stats", get(stats))
-            .route("/stats/", get(stats));
+            .route("/stats/", get(stats))
+            .route("/metrics", get(crate::metrics::scrape))
+            .route("/metrics/", get(crate::metrics::scrape));
         if self.cfg.enable_sessions {
             r = r
                 .route("/login", get(login_page).post(login))
@@ -150,6 +182,10 @@ impl Api {
         }
         r.fallback(fallback)
             .layer(axum::middleware::from_fn_with_state(self.clone(), frame))
+            .layer(axum::middleware::from_fn_with_state(
+                self.clone(),
+                crate::metrics::track,
+            ))
             .with_state(self.clone())
     }
 
@@ -188,7 +224,7 @@ impl Api {
     }
 
     /// A body parsed by its content type.
-    async fn parsed(&self, req: Request) -> Result<(HeaderMap, body::Parsed), Failure> {
+    pub(crate) async fn parsed(&self, req: Request) -> Result<(HeaderMap, body::Parsed), Failure> {
         let (headers, bytes) = self.read_body(req).await?;
         let ct = headers
             .get(header::CONTENT_TYPE)
@@ -199,7 +235,7 @@ impl Api {
 
     /// Runs `lowstate` with the session token (if any) and forced client (if any), at most
     /// `thread_pool` at once.
-    async fn execute(
+    pub(crate) async fn execute(
         &self,
         lowstate: Option<Value>,
         token: Option<&str>,
@@ -221,8 +257,15 @@ impl Api {
         }
     }
 
+    /// The ACL filter of an event stream of `session`, when `events_acl` is on.
+    fn job_filter(&self, session: &Session) -> Option<JobFilter> {
+        self.events_acl
+            .as_ref()
+            .map(|settings| JobFilter::new(settings.clone(), session))
+    }
+
     /// The session of a request whose endpoint needs one.
-    async fn session(&self, headers: &HeaderMap) -> Result<Session, Failure> {
+    pub(crate) async fn session(&self, headers: &HeaderMap) -> Result<Session, Failure> {
         self.sessions.require(headers).await
     }
 }
@@ -633,12 +676,14 @@ async fn events(State(api): State<Arc<Api>>, req: Request) -> Response {
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
-    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(events::CLIENT_QUEUE);
     let spec = StreamSpec {
         filter,
         after,
+        acl: api.job_filter(&session),
         session,
         keepalive: api.cfg.sse_keepalive,
+        wire: Wire::Sse,
     };
     let task_api = api.clone();
     tokio::spawn(async move {
@@ -666,6 +711,125 @@ async fn events(State(api): State<Arc<Api>>, req: Request) -> Response {
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     h.insert("x-accel-buffering", HeaderValue::from_static("no"));
     resp
+}
+
+/// `GET /ws`: the session of the request.
+async fn ws_session(
+    State(api): State<Arc<Api>>,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+    req: Request,
+) -> Response {
+    let token = presented_token(req.headers());
+    ws_events(api, upgrade, req, token).await
+}
+
+/// `GET /ws/<token>`.
+async fn ws_token(
+    State(api): State<Arc<Api>>,
+    Path(token): Path<String>,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+    req: Request,
+) -> Response {
+    ws_events(api, upgrade, req, Some(token)).await
+}
+
+/// `/ws` (see [`crate::ws`]): the handshake (400), the session (401), then the stream.
+async fn ws_events(
+    api: Arc<Api>,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+    req: Request,
+    token: Option<String>,
+) -> Response {
+    let upgrade = match upgrade {
+        Ok(u) => u,
+        Err(rejection) => {
+            return error_page(StatusCode::BAD_REQUEST, &rejection.body_text(), None);
+        }
+    };
+    let session = match token {
+        Some(t) => api
+            .sessions
+            .check(&t)
+            .await
+            .and_then(|s| s.ok_or_else(Failure::no_session)),
+        None => Err(Failure::no_session()),
+    };
+    let session = match session {
+        Ok(s) => s,
+        Err(f) => return f.into_response_as(Format::Json, api.cfg.debug),
+    };
+    let mut filter = TagFilter::All;
+    let mut format_events = false;
+    let mut ids = false;
+    let mut after = req
+        .headers()
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if let Some(query) = req.uri().query() {
+        for (k, v) in form_urlencoded::parse(query.as_bytes()) {
+            match &*k {
+                "format_events" => format_events = true,
+                "tag" => filter = TagFilter::glob(&v),
+                "ids" => ids = true,
+                "last_event_id" => after = v.trim().parse::<u64>().ok().or(after),
+                _ => {}
+            }
+        }
+    }
+    let spec = crate::ws::WsSpec {
+        stream: StreamSpec {
+            filter,
+            after,
+            acl: api.job_filter(&session),
+            keepalive: None,
+            wire: Wire::Ws {
+                ids: ids && !format_events,
+            },
+            session: session.clone(),
+        },
+        format_events,
+        ping: api.cfg.sse_keepalive,
+    };
+    let task_api = api.clone();
+    upgrade
+        .max_message_size(crate::ws::MAX_MESSAGE)
+        .max_frame_size(crate::ws::MAX_MESSAGE)
+        .on_upgrade(move |socket| async move {
+            let streams = &task_api.stats.streams;
+            streams.fetch_add(1, Ordering::Relaxed);
+            let _held = Held(streams);
+            let grains_api = task_api.clone();
+            let token = session.token;
+            let grains = move |ids: Vec<String>| {
+                let api = grains_api.clone();
+                let token = token.clone();
+                tokio::spawn(async move {
+                    let chunk = map([
+                        ("client", s("local")),
+                        (
+                            "tgt",
+                            Value::Array(ids.into_iter().map(Value::from).collect()),
+                        ),
+                        ("tgt_type", s("list")),
+                        ("fun", s("grains.items")),
+                    ]);
+                    let lowstate = Some(Value::Array(vec![chunk]));
+                    if let Err(f) = api.execute(lowstate, Some(&token), None).await {
+                        tracing::debug!("/ws format_events: grains.items of new minions: {f:?}");
+                    }
+                });
+            };
+            crate::ws::serve_socket(
+                socket,
+                task_api.hub.clone(),
+                task_api.sessions.clone(),
+                spec,
+                grains,
+                task_api.shutdown.clone(),
+            )
+            .await;
+        })
 }
 
 /// `GET /stats`.

@@ -11,7 +11,15 @@
 //! and `LOGS_DIR`, which are those directories unless the master's were moved).
 //!
 //! Halite extension: `rest_cherrypy: sse_keepalive` (seconds, default 15, 0 = off), the
-//! interval of the keep-alive comments on `/events`.
+//! interval of the keep-alive comments on `/events` and of the Ping frames on `/ws`.
+//!
+//! Halite extension: `rest_cherrypy: metrics_disable_auth` (default false): `GET /metrics`
+//! answers without a session, for Prometheus scrapers (as `stats_disable_auth` does for
+//! `/stats`).
+//!
+//! Halite extension: `rest_cherrypy: events_acl` (default false, for compatibility): when
+//! true, `/events` and `/ws` drop the job events the session's ACL does not cover (the rule
+//! is in [`crate::events`]).
 
 use crate::Error;
 use halite_config::MasterConfig;
@@ -99,6 +107,8 @@ pub struct ApiConfig {
     pub webhook_disable_auth: bool,
     /// `stats_disable_auth`.
     pub stats_disable_auth: bool,
+    /// `metrics_disable_auth` (Halite): `/metrics` without a session.
+    pub metrics_disable_auth: bool,
     /// `static`: a directory served under [`ApiConfig::static_path`].
     pub static_dir: Option<PathBuf>,
     /// `static_path` (default `/static`).
@@ -123,6 +133,9 @@ pub struct ApiConfig {
     pub rest_timeout: Duration,
     /// `sse_keepalive` (Halite): keep-alive comment interval on `/events`; `None` = off.
     pub sse_keepalive: Option<Duration>,
+    /// `events_acl` (Halite): event streams drop the job events the session's ACL does not
+    /// cover.
+    pub events_acl: bool,
     /// `api_pidfile`.
     pub pidfile: PathBuf,
     /// `api_logfile`.
@@ -342,6 +355,7 @@ impl ApiConfig {
             webhook_url,
             webhook_disable_auth: flag("webhook_disable_auth", false)?,
             stats_disable_auth: flag("stats_disable_auth", false)?,
+            metrics_disable_auth: flag("metrics_disable_auth", false)?,
             static_dir: path("static")?,
             static_path: clean_path(text("static_path", "/static")?),
             app: path("app")?,
@@ -353,6 +367,7 @@ impl ApiConfig {
             allow_raw_shell,
             rest_timeout,
             sse_keepalive,
+            events_acl: flag("events_acl", false)?,
             pidfile: sibling("api_pidfile", &cfg.pidfile, "salt-api.pid")?,
             log_file: sibling("api_logfile", Path::new(&cfg.log_file), "api")?,
         })
@@ -426,11 +441,16 @@ mod tests {
         assert_eq!(c.static_path, "/static");
         assert_eq!(c.app_path, "/app");
         assert!(c.enable_sessions && !c.debug && !c.stats_disable_auth);
+        assert!(
+            !c.metrics_disable_auth,
+            "/metrics needs a session by default"
+        );
         assert!(c.enable_clients.is_empty());
         assert!(!c.client_enabled("local"));
         assert!(!c.allow_raw_shell);
         assert_eq!(c.rest_timeout, Duration::from_secs(300));
         assert_eq!(c.sse_keepalive, Some(DEFAULT_SSE_KEEPALIVE));
+        assert!(!c.events_acl, "off by default, for compatibility");
         assert_eq!(c.pidfile, Path::new("/var/run/salt-api.pid"));
         assert_eq!(c.log_file, Path::new("/var/log/salt/api"));
     }
@@ -469,7 +489,8 @@ mod tests {
         let c = load(
             "rest_cherrypy:\n  port: '8443'\n  disable_ssl: true\n  root_prefix: api/\n  \
              webhook_url: /hooks/\n  static_path: assets/\n  max_request_body_size: 10\n  \
-             authorized_ips: [127.0.0.1]\n  sse_keepalive: 0\n  enable_sessions: false\n\
+             authorized_ips: [127.0.0.1]\n  sse_keepalive: 0\n  enable_sessions: false\n  \
+             events_acl: true\n\
              netapi_enable_clients: [local, runner]\nrest_timeout: 2.5\n\
              api_pidfile: /run/a.pid\npidfile: /srv/run/m.pid\nlog_file: /srv/log/master\n",
         )
@@ -481,6 +502,7 @@ mod tests {
         assert_eq!(c.max_request_body_size, 10);
         assert_eq!(c.authorized_ips, Some(vec!["127.0.0.1".to_owned()]));
         assert_eq!(c.sse_keepalive, None);
+        assert!(c.events_acl);
         assert!(!c.enable_sessions);
         assert!(c.client_enabled("runner") && !c.client_enabled("wheel"));
         assert_eq!(c.rest_timeout, Duration::from_millis(2500));

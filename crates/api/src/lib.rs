@@ -10,12 +10,16 @@
 //! * Talks to the master only through the master's own interfaces ([`link`]): clear
 //!   requests on its request port (`mk_token`, `get_token`, `publish`, `runner`, `wheel`,
 //!   authenticated with the caller's eauth token or login, never with a key of this
-//!   process) and its event bus. So it works in front of a stock salt-master too, where
-//!   only the event journal's ids are missing.
+//!   process) and its event bus, plus, for `/metrics`, a Halite master's read-only metrics
+//!   socket. So it works in front of a stock salt-master too, where only the event
+//!   journal's ids and the master's metrics are missing.
 //! * Runs lowstates with salt-api's clients and validation order ([`lowstate`]);
 //!   `netapi_enable_clients` is empty by default, so nothing runs until the admin enables
 //!   clients, as in Salt 3008.
-//! * Streams the event bus as Server-Sent Events ([`events`]).
+//! * Streams the event bus as Server-Sent Events ([`events`]) and over a WebSocket
+//!   (`/ws`, [`ws`]), with salt-api's framing, `websocket client ready` handshake and
+//!   `format_events` view.
+//! * `POST /keys` answers the key-pair tarball of wheel `key.gen_accept` ([`keys`]).
 //!
 //! # Beyond salt-api (each documented where it is implemented)
 //!
@@ -24,15 +28,23 @@
 //!   (salt#42622).
 //! * `/events` frames carry `id:` lines from the master's event journal, and a client
 //!   reconnecting with `Last-Event-ID` gets every event it missed, none twice; `?tag=`
-//!   filters by glob; keep-alive comments keep proxies from cutting quiet streams.
+//!   filters by glob; keep-alive comments keep proxies from cutting quiet streams. `/ws`
+//!   has the same (`?tag=`, `?ids`, `?last_event_id=`, Pings) and ends with the token.
+//! * `rest_cherrypy: events_acl: true` (default off) drops from `/events` and `/ws` the
+//!   job, runner and wheel events of jobs the session's ACL does not cover, decided by
+//!   `halite-acl` (rule in [`events`]).
 //! * `/hook` leaves `X-Auth-Token` and `Cookie` out of the event it fires.
 //! * CORS preflights are answered 200 (salt#55087) and `X-Auth-Token` is exposed.
 //! * The session cookie is `HttpOnly; SameSite=Lax` (and `Secure` over HTTPS).
+//! * `GET /metrics` ([`metrics`]): Prometheus metrics in the OpenMetrics text format,
+//!   encoded by `prometheus-client`: the master's, read per scrape from a Halite master's
+//!   metrics socket (`halite_master_up 0` without one, e.g. a stock master), and the API's
+//!   own (requests, durations, event streams). A session is needed unless
+//!   `rest_cherrypy: metrics_disable_auth: true`.
 //!
 //! # What it does not do (yet)
 //!
-//! `POST /keys` (the key-pair tarball), `/ws` (WebSocket), `/metrics`, the `ssh` client,
-//! and events filtered by the caller's ACL. `wheel`, `wheel_async` and `GET /keys` send
+//! The `ssh` client. `wheel`, `wheel_async` and `GET /keys` send
 //! the master's clear `wheel` command (Halite and stock masters answer it; one that
 //! answers `{}` gives 400 "Client unavailable"). `/logout` sends the clear `rm_token`
 //! command (what Salt's `Resolver.rm_token` sends), which a Halite master answers by
@@ -54,11 +66,14 @@ pub mod app;
 pub mod body;
 pub mod config;
 pub mod events;
+pub mod keys;
 pub mod link;
 pub mod lowstate;
+pub mod metrics;
 pub mod render;
 pub mod server;
 pub mod session;
+pub mod ws;
 
 pub use app::Api;
 pub use config::ApiConfig;

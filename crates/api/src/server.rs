@@ -198,7 +198,8 @@ async fn connection<I>(
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_TIMEOUT)
         .max_header_size(MAX_HEADER_BYTES);
-    let conn = builder.serve_connection(io, service);
+    // Upgrades: `/ws` takes the connection over after its 101.
+    let conn = builder.serve_connection(io, service).with_upgrades();
     tokio::pin!(conn);
     tokio::select! {
         r = conn.as_mut() => {

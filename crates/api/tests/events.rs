@@ -196,3 +196,197 @@ fn streams_filter_keep_alive_and_end_at_logout() {
     let again = Sse::open(fleet.port, "/events", &headers);
     assert_eq!(again.status, 401);
 }
+
+/// Raises this process's soft `RLIMIT_NOFILE` to its hard limit (children inherit it);
+/// the limit.
+fn raise_fd_limit() -> u64 {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit with a valid pointer to an initialised struct.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim), 0);
+        lim.rlim_cur = lim.rlim_max;
+        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &lim), 0);
+    }
+    lim.rlim_cur
+}
+
+/// The resident set of process `pid`, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
+}
+
+/// Established connections to local `port` with bytes in their send queue, and those bytes.
+fn queued_sends(port: u16) -> (usize, u64) {
+    let table = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    let mut stuck = (0, 0);
+    for line in table.lines().skip(1) {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let (Some(local), Some(state), Some(queues)) =
+            (fields.get(1), fields.get(3), fields.get(4))
+        else {
+            continue;
+        };
+        let local_port = local
+            .rsplit_once(':')
+            .and_then(|(_, p)| u16::from_str_radix(p, 16).ok());
+        let tx = queues
+            .split_once(':')
+            .and_then(|(tx, _)| u64::from_str_radix(tx, 16).ok())
+            .unwrap_or(0);
+        if local_port == Some(port) && *state == "01" && tx > 0 {
+            stuck.0 += 1;
+            stuck.1 += tx;
+        }
+    }
+    stuck
+}
+
+/// `/events` clients that send their request and never read: a tiny receive buffer and
+/// segment size, so that the API's socket buffers for them fill after a few tens of KiB.
+fn silent_clients(port: u16, token: &str, n: usize) -> Vec<std::net::TcpStream> {
+    use socket2::{Domain, Socket, Type};
+    use std::io::Write;
+    let request =
+        format!("GET /events HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nX-Auth-Token: {token}\r\n\r\n");
+    (0..n)
+        .map(|i| {
+            let s = Socket::new(Domain::IPV4, Type::STREAM, None).expect("socket");
+            s.set_recv_buffer_size(4096).expect("SO_RCVBUF");
+            s.set_tcp_mss(536).expect("TCP_MAXSEG");
+            let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+            s.connect(&addr.into())
+                .unwrap_or_else(|e| panic!("silent client {i}: {e}"));
+            let mut tcp: std::net::TcpStream = s.into();
+            tcp.write_all(request.as_bytes()).expect("request");
+            tcp
+        })
+        .collect()
+}
+
+/// The API's count of open event streams.
+fn open_streams(fleet: &Fleet, token: &str) -> u64 {
+    let r = fleet.http.get("/stats", &[("X-Auth-Token", token)]);
+    r.json()["Halite API"]["Event Streams"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{}", r.body))
+}
+
+/// A login, a `local` job and a fresh reader's events all work.
+fn api_and_master_serve(fleet: &Fleet, marker: &str) {
+    let token = fleet.login("alice", "alicepw");
+    let auth = [("X-Auth-Token", token.as_str())];
+    let r = fleet.http.post_json(
+        "/",
+        &json!([{"client": "local", "tgt": "m1", "fun": "test.ping"}]),
+        &auth,
+    );
+    assert_eq!(r.json()["return"][0]["m1"], json!(true), "{}", r.body);
+    let filter = format!("/events?tag=test/silent/{marker}/*");
+    let mut reader = Sse::open(fleet.port, &filter, &auth);
+    assert_eq!(reader.status, 200);
+    let end = format!("test/silent/{marker}/end");
+    fire(
+        &fleet.sock_dir(),
+        numbered(&format!("test/silent/{marker}/x"), 0..3, &end),
+    );
+    let (got, _) = read_until(&mut reader, &end);
+    assert_eq!(got.iter().map(|(_, n)| *n).collect::<Vec<_>>(), [0, 1, 2]);
+}
+
+#[test]
+fn a_thousand_sse_clients_that_never_read_do_not_stop_the_api_or_the_master() {
+    const CLIENTS: usize = 1000;
+    let limit = raise_fd_limit();
+    assert!(
+        limit >= 2 * CLIENTS as u64 + 200,
+        "RLIMIT_NOFILE's hard limit ({limit}) is too low for this test"
+    );
+    let fleet = Fleet::start(&["m1"], "");
+    let token = fleet.login("alice", "alicepw");
+    let pid: u32 = std::fs::read_to_string(fleet.root.master_root().join("run/salt-api.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let before = rss_kib(pid);
+
+    let silent = silent_clients(fleet.port, &token, CLIENTS);
+    assert!(
+        halite_testkit::wait_until(halite_testkit::TIMEOUT, || open_streams(&fleet, &token)
+            >= CLIENTS as u64),
+        "the silent clients' streams did not all start"
+    );
+    let connected = rss_kib(pid);
+
+    // Twice the broadcast ring, so a stream that held every frame it fell behind on would
+    // keep all of them; 2 KiB each.
+    let n = 2 * halite_api::events::RING as i64;
+    let pad = "x".repeat(2048);
+    let mut burst = numbered("test/silent/burst", 0..n, "test/silent/burst/end");
+    for (_, data) in burst.iter_mut() {
+        data["pad"] = json!(pad);
+    }
+    let mut watcher = Sse::open(
+        fleet.port,
+        "/events?tag=test/silent/burst/end",
+        &[("X-Auth-Token", token.as_str())],
+    );
+    fire(&fleet.sock_dir(), burst);
+    read_until(&mut watcher, "test/silent/burst/end");
+    // The API's sends to the silent clients are stuck: their socket buffers are full.
+    let mut stuck = (0, 0);
+    let all_stuck = halite_testkit::wait_until(halite_testkit::TIMEOUT, || {
+        stuck = queued_sends(fleet.port);
+        stuck.0 >= CLIENTS
+    });
+    println!(
+        "MEASURED silent clients: {} connections with a full send queue, {} KiB queued in the kernel",
+        stuck.0,
+        stuck.1 / 1024
+    );
+    assert!(all_stuck, "only {} silent connections are stuck", stuck.0);
+
+    // During: the API and the master serve.
+    api_and_master_serve(&fleet, "during");
+    let peak = rss_kib(pid);
+    println!(
+        "MEASURED halite-api RSS: {before} KiB idle, {connected} KiB with {CLIENTS} silent \
+         /events clients, {peak} KiB after {n} events of 2 KiB"
+    );
+    // Bounded: a silent client costs its connection and task, and holds a few frames
+    // that are shared with the ring; the ring holds RING frames. A client keeping the
+    // frames it fell behind on would keep all n, and n references per client.
+    let per_client = connected.saturating_sub(before) / CLIENTS as u64;
+    assert!(per_client <= 64, "{per_client} KiB per idle silent client");
+    // Twice that, for the allocator's slack (per-thread arenas, fragmentation): what this
+    // guards against grows with events × clients (a queue of 1<<20 frames per client grew
+    // 185 MB here), orders of magnitude above.
+    let ring_kib = halite_api::events::RING as u64 * 4;
+    let budget_kib = 2 * (ring_kib + 8 * CLIENTS as u64);
+    let grown = peak.saturating_sub(connected);
+    assert!(
+        grown <= budget_kib,
+        "RSS grew by {grown} KiB while the clients were stuck (budget {budget_kib} KiB)"
+    );
+
+    // After: the silent clients go, their streams end, and everything still works.
+    drop(silent);
+    assert!(
+        halite_testkit::wait_until(halite_testkit::TIMEOUT, || open_streams(&fleet, &token)
+            <= 1),
+        "streams of closed connections linger"
+    );
+    api_and_master_serve(&fleet, "after");
+    println!(
+        "MEASURED halite-api RSS after the silent clients left: {} KiB",
+        rss_kib(pid)
+    );
+}

@@ -93,9 +93,23 @@ impl Fleet {
         rest_extra: &str,
         extra: &str,
     ) -> Fleet {
+        Fleet::start_custom(master, api, minions, |root, port| {
+            master_yaml(root, port, ENABLED, rest_extra, extra)
+        })
+    }
+
+    /// A `master` of one kind with an `api` of another, whose master config is
+    /// `config(root, api_port)` (written whole: it must carry `rest_cherrypy` on that port
+    /// over plain HTTP, `external_auth` for alice with `alicepw`, and the enabled clients).
+    pub fn start_custom(
+        master: Kind,
+        api: Kind,
+        minions: &[&str],
+        config: impl FnOnce(&TempRoot, u16) -> String,
+    ) -> Fleet {
         let root = TempRoot::new();
         let port = free_ports(1)[0];
-        root.write_master_config(&master_yaml(&root, port, ENABLED, rest_extra, extra));
+        root.write_master_config(&config(&root, port));
         let mut procs = vec![match master {
             Kind::Halite => start_halite_master(&root),
             Kind::Stock => start_stock_master(&root),
