@@ -10,7 +10,9 @@
 //! start or on stdin. It only speaks the wire protocol, so it works against a Halite master
 //! and a stock salt-master alike. The benchmark runner ([`bench`], binary `halite-bench`)
 //! starts a master, the swarm, and measures auth storm, publish → returns, and sustained
-//! events, with the master's CPU and memory.
+//! events, with the master's CPU and memory. `halite-bench api` ([`api_bench`]) is the
+//! load generator for an HTTP API in front of a master (`halite-api` or stock `salt-api`):
+//! concurrent `POST /` `local` calls and `/events` streams under a fired event rate.
 //!
 //! Built for scale on a small machine: one process, a few tokio worker threads, one TCP
 //! connection per minion to the publish port ([`zmtp`]: a minimal ZMTP 3.0 client, because
@@ -30,6 +32,7 @@
 //!   failed or timed out is never reused.
 //! - Counters only grow; `ready` is printed once, when every minion is subscribed.
 
+pub mod api_bench;
 pub mod bench;
 pub mod exec;
 pub mod keys;

@@ -2,6 +2,7 @@
 //!
 //! Prints progress on stderr, writes every figure as JSON (`--out`), and prints the
 //! Markdown table (with stock ÷ Halite ratios) on stdout. See `halite_swarm::bench`.
+//! `halite-bench api ...` is the HTTP API load generator (`halite_swarm::api_bench`).
 
 use clap::Parser;
 use halite_swarm::bench::{run_one, scale_config, table, BenchOptions, MasterKind};
@@ -13,9 +14,12 @@ use std::time::Duration;
 #[derive(Parser, Debug)]
 #[command(
     name = "halite-bench",
-    about = "Benchmark a Halite master against a stock salt-master"
+    about = "Benchmark a Halite master against a stock salt-master",
+    args_conflicts_with_subcommands = true
 )]
 struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
     /// Minion counts, comma-separated.
     #[arg(long, value_delimiter = ',', default_value = "100,1000")]
     counts: Vec<usize>,
@@ -61,13 +65,23 @@ struct Cli {
     table: Option<PathBuf>,
 }
 
+#[derive(clap::Subcommand, Debug)]
+enum Command {
+    /// Load an HTTP API (halite-api or salt-api): `POST /` local test.ping and `/events`.
+    Api(halite_swarm::api_bench::ApiArgs),
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .with_env_filter("warn")
         .init();
-    match run(cli) {
+    let result = match cli.command {
+        Some(Command::Api(args)) => halite_swarm::api_bench::main(args),
+        None => run(cli),
+    };
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("halite-bench: {e}");
