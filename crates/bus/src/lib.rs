@@ -44,6 +44,7 @@ pub use server::{
     BusHandle, BusServer, DROP_LOG_INTERVAL, MAX_CONNECTIONS, PULL_BUFFER_BYTES,
     SUBSCRIBER_BACKLOG_BYTES, SUBSCRIBER_QUEUE_CAPACITY,
 };
+pub use socket::{bind_unix, SocketFile, UnixBindError};
 
 use std::path::PathBuf;
 

@@ -32,8 +32,8 @@ impl Bound {
         match addr {
             BusAddr::Unix(path) => {
                 let (listener, file) = bind_unix(path, mode).map_err(|e| match e {
-                    BindError::NotASocket => Error::NotASocket(path.clone()),
-                    BindError::Io(e) => err(e),
+                    UnixBindError::NotASocket => Error::NotASocket(path.clone()),
+                    UnixBindError::Io(e) => err(e),
                 })?;
                 Ok((
                     Bound::Unix {
@@ -148,14 +148,18 @@ impl SyncConn {
     }
 }
 
-enum BindError {
+/// Why [`bind_unix`] failed.
+#[derive(Debug)]
+pub enum UnixBindError {
+    /// Something that is not a socket is at the path; it is left alone.
     NotASocket,
+    /// Creating, binding, setting the mode or renaming failed.
     Io(io::Error),
 }
 
-impl From<io::Error> for BindError {
+impl From<io::Error> for UnixBindError {
     fn from(e: io::Error) -> Self {
-        BindError::Io(e)
+        UnixBindError::Io(e)
     }
 }
 
@@ -166,12 +170,18 @@ impl From<io::Error> for BindError {
 /// directory next to `path`, sets the mode, then renames the socket into place, so the
 /// socket is never reachable with a looser mode. The rename also replaces a stale socket
 /// atomically; anything at `path` that is not a socket is left alone and is an error.
-fn bind_unix(path: &Path, mode: u32) -> std::result::Result<(UnixListener, SocketFile), BindError> {
+///
+/// Every Unix socket a Halite daemon listens on is bound this way (the bus, the event
+/// journal's replay socket, the master's metrics socket). Must run inside a tokio runtime.
+pub fn bind_unix(
+    path: &Path,
+    mode: u32,
+) -> std::result::Result<(UnixListener, SocketFile), UnixBindError> {
     match std::fs::symlink_metadata(path) {
         Ok(m) if m.file_type().is_socket() => {
-            debug!(path = %path.display(), "Replacing stale event bus socket")
+            debug!(path = %path.display(), "Replacing stale socket")
         }
-        Ok(_) => return Err(BindError::NotASocket),
+        Ok(_) => return Err(UnixBindError::NotASocket),
         Err(e) if e.kind() == io::ErrorKind::NotFound => {}
         Err(e) => return Err(e.into()),
     }
@@ -197,10 +207,17 @@ fn bind_unix(path: &Path, mode: u32) -> std::result::Result<(UnixListener, Socke
 
 /// A socket file this process bound. Dropping it removes the file, unless another process
 /// has since bound a new socket at the same path.
-pub(crate) struct SocketFile {
+pub struct SocketFile {
     path: PathBuf,
     dev: u64,
     ino: u64,
+}
+
+impl SocketFile {
+    /// The socket's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
 }
 
 impl Drop for SocketFile {

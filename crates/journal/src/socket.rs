@@ -1,73 +1,29 @@
-//! Binding the replay socket with its mode set before anyone can reach it.
-//!
-//! The same scheme as `halite-bus` uses for the bus sockets (that code is private to the
-//! bus crate): bind inside a fresh `0700` directory next to the target, set the mode, rename
-//! into place. A process-wide umask is not an option in a multi-threaded daemon.
+//! Binding the replay socket with its mode set before anyone can reach it, with the scheme
+//! every Halite daemon socket uses ([`halite_bus::bind_unix`]).
 
 use crate::{Error, Result};
-use std::io;
-use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
-use std::path::{Path, PathBuf};
+pub(crate) use halite_bus::SocketFile;
+use halite_bus::UnixBindError;
+use std::path::Path;
 use tokio::net::UnixListener;
-
-/// A socket file this process bound. Dropping it removes the file, unless another process
-/// has since bound a new socket at the same path.
-pub(crate) struct SocketFile {
-    path: PathBuf,
-    dev: u64,
-    ino: u64,
-}
-
-impl Drop for SocketFile {
-    fn drop(&mut self) {
-        if let Ok(m) = std::fs::symlink_metadata(&self.path) {
-            if m.dev() == self.dev && m.ino() == self.ino {
-                let _ = std::fs::remove_file(&self.path);
-            }
-        }
-    }
-}
 
 /// Binds a Unix socket at `path` with `mode`, replacing a stale socket file; anything else
 /// at `path` is [`Error::NotASocket`]. Must run inside a tokio runtime.
 pub(crate) fn bind(path: &Path, mode: u32) -> Result<(UnixListener, SocketFile)> {
-    let io = |source| Error::Io {
-        what: "cannot bind",
-        path: path.to_owned(),
-        source,
-    };
-    match std::fs::symlink_metadata(path) {
-        Ok(m) if m.file_type().is_socket() => {}
-        Ok(_) => return Err(Error::NotASocket(path.to_owned())),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(io(e)),
-    }
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let private = tempfile::Builder::new()
-        .prefix(".hj")
-        .tempdir_in(dir)
-        .map_err(io)?;
-    let tmp = private.path().join("s");
-    let listener = UnixListener::bind(&tmp).map_err(io)?;
-    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(mode)).map_err(io)?;
-    let meta = std::fs::symlink_metadata(&tmp).map_err(io)?;
-    std::fs::rename(&tmp, path).map_err(io)?;
-    Ok((
-        listener,
-        SocketFile {
+    halite_bus::bind_unix(path, mode).map_err(|e| match e {
+        UnixBindError::NotASocket => Error::NotASocket(path.to_owned()),
+        UnixBindError::Io(source) => Error::Io {
+            what: "cannot bind",
             path: path.to_owned(),
-            dev: meta.dev(),
-            ino: meta.ino(),
+            source,
         },
-    ))
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
 
     #[tokio::test]
     async fn bind_sets_the_mode_and_cleans_up() {

@@ -8,8 +8,7 @@
 
 use crate::snapshot::{Snapshot, MAX_SNAPSHOT_BYTES};
 use crate::{Error, Result};
-use std::io;
-use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
+use halite_bus::{SocketFile, UnixBindError};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -62,7 +61,7 @@ impl MetricsServer {
 
     /// The socket's path.
     pub fn path(&self) -> &Path {
-        &self.file.path
+        self.file.path()
     }
 
     /// Serves until `cancel`: each client gets `source()` (run on a blocking thread) and
@@ -166,63 +165,23 @@ pub async fn fetch(path: &Path, timeout: Duration) -> Result<Snapshot> {
     }
 }
 
-/// A socket file this process bound. Dropping it removes the file, unless another process
-/// has since bound a new socket at the same path.
-struct SocketFile {
-    path: PathBuf,
-    dev: u64,
-    ino: u64,
-}
-
-impl Drop for SocketFile {
-    fn drop(&mut self) {
-        if let Ok(m) = std::fs::symlink_metadata(&self.path) {
-            if m.dev() == self.dev && m.ino() == self.ino {
-                let _ = std::fs::remove_file(&self.path);
-            }
-        }
-    }
-}
-
-/// Binds a Unix socket at `path` with [`MODE`], replacing a stale socket file.
+/// Binds a Unix socket at `path` with [`MODE`], replacing a stale socket file
+/// ([`halite_bus::bind_unix`], the scheme of every Halite daemon socket).
 fn bind(path: &Path) -> Result<(UnixListener, SocketFile)> {
-    let err = |source| Error::Bind {
-        path: path.to_owned(),
-        source,
-    };
-    match std::fs::symlink_metadata(path) {
-        Ok(m) if m.file_type().is_socket() => {}
-        Ok(_) => return Err(Error::NotASocket(path.to_owned())),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(err(e)),
-    }
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
-    let private = tempfile::Builder::new()
-        .prefix(".hm")
-        .tempdir_in(dir)
-        .map_err(err)?;
-    let tmp = private.path().join("s");
-    let listener = UnixListener::bind(&tmp).map_err(err)?;
-    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(MODE)).map_err(err)?;
-    let meta = std::fs::symlink_metadata(&tmp).map_err(err)?;
-    std::fs::rename(&tmp, path).map_err(err)?;
-    Ok((
-        listener,
-        SocketFile {
+    halite_bus::bind_unix(path, MODE).map_err(|e| match e {
+        UnixBindError::NotASocket => Error::NotASocket(path.to_owned()),
+        UnixBindError::Io(source) => Error::Bind {
             path: path.to_owned(),
-            dev: meta.dev(),
-            ino: meta.ino(),
+            source,
         },
-    ))
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::master::{MasterMetrics, Sampled};
+    use std::os::unix::fs::PermissionsExt;
 
     fn source() -> impl Fn() -> Snapshot + Send + Sync + 'static {
         let m = MasterMetrics::new(["publish"]);
