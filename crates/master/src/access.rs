@@ -498,16 +498,6 @@ mod tests {
     const ACL: &str = "publisher_acl:\n  daemon:\n    - 'web*':\n      - 'test.*'\n    \
         - '@jobs'\n  nobody:\n    - 'test.version'\n  bin: []\n";
 
-    fn key_of(tm: &TestMaster, user: &str) -> String {
-        tm.master
-            .client_keys
-            .iter()
-            .find(|(u, _)| u == user)
-            .unwrap_or_else(|| panic!("no key for {user}"))
-            .1
-            .clone()
-    }
-
     fn publish(tm: &TestMaster, key: &str, user: &str, tgt: &str, fun: &str) -> Value {
         tm.clear(map([
             ("cmd", s("publish")),
@@ -544,7 +534,7 @@ mod tests {
     #[test]
     fn a_users_key_publishes_as_that_user_within_its_acl_only() {
         let tm = fleet("");
-        let key = key_of(&tm, "daemon");
+        let key = tm.client_key("daemon");
         let ok = publish(&tm, &key, "daemon", "web*", "test.ping");
         assert_eq!(published_user(&tm, &ok), "daemon");
         // Claiming root with daemon's key changes nothing: the key's owner is the user.
@@ -566,7 +556,7 @@ mod tests {
         assert_eq!(value::get_str(&deny, "user"), Some("daemon"));
         assert_eq!(value::get_str(&deny, "fun"), Some("test.ping"));
         assert_eq!(value::get_str(&deny, "tgt"), Some("*"));
-        let nobody = key_of(&tm, "nobody");
+        let nobody = tm.client_key("nobody");
         published_user(&tm, &publish(&tm, &nobody, "nobody", "*", "test.version"));
         let denied = publish(&tm, &nobody, "nobody", "*", "test.versions");
         assert_eq!(error_name(&denied), Some("AuthorizationError"));
@@ -578,9 +568,9 @@ mod tests {
         let bad = publish(&tm, "not-a-key", "root", "*", "test.ping");
         assert_eq!(error_name(&bad), Some("AuthenticationError"));
         // A user whose entries are empty fails authentication, as in Salt.
-        let empty = publish(&tm, &key_of(&tm, "bin"), "bin", "*", "test.ping");
+        let empty = publish(&tm, &tm.client_key("bin"), "bin", "*", "test.ping");
         assert_eq!(error_name(&empty), Some("AuthenticationError"));
-        let root = key_of(&tm, "root");
+        let root = tm.client_key("root");
         assert_eq!(
             published_user(&tm, &publish(&tm, &root, "root", "*", "cmd.run")),
             "root"
@@ -593,10 +583,10 @@ mod tests {
             "publisher_acl_blacklist:\n  users:\n    - root\n    - '^(?!sudo_).*$'\n  \
              modules:\n    - 'cmd.*'\n",
         );
-        let root = key_of(&tm, "root");
+        let root = tm.client_key("root");
         let refused = publish(&tm, &root, "root", "*", "test.ping");
         assert_eq!(error_name(&refused), Some("AuthorizationError"));
-        let daemon = key_of(&tm, "daemon");
+        let daemon = tm.client_key("daemon");
         let refused = publish(&tm, &daemon, "daemon", "web*", "test.ping");
         assert_eq!(error_name(&refused), Some("AuthorizationError"));
         // sudo_daemon is not blacklisted by the users pattern, cmd.* is for everyone.
@@ -608,13 +598,13 @@ mod tests {
     #[test]
     fn sudo_callers_have_root_rights_unless_sudo_acl_restricts_them() {
         let tm = fleet("");
-        let root = key_of(&tm, "root");
+        let root = tm.client_key("root");
         assert_eq!(
             published_user(&tm, &publish(&tm, &root, "sudo_daemon", "*", "cmd.run")),
             "sudo_daemon"
         );
         let tm = fleet("sudo_acl: True\n");
-        let root = key_of(&tm, "root");
+        let root = tm.client_key("root");
         let refused = publish(&tm, &root, "sudo_daemon", "*", "cmd.run");
         assert_eq!(error_name(&refused), Some("AuthorizationError"));
         published_user(
@@ -635,11 +625,11 @@ mod tests {
                 ("user", s("x")),
             ]))
         };
-        let daemon = key_of(&tm, "daemon");
+        let daemon = tm.client_key("daemon");
         assert!(value::get_str(&runner(&daemon, "jobs.list_jobs"), "jid").is_some());
         let refused = runner(&daemon, "manage.up");
         assert_eq!(error_name(&refused), Some("AuthorizationError"));
-        let refused = runner(&key_of(&tm, "nobody"), "jobs.list_jobs");
+        let refused = runner(&tm.client_key("nobody"), "jobs.list_jobs");
         assert_eq!(error_name(&refused), Some("AuthorizationError"));
     }
 
@@ -691,7 +681,7 @@ mod tests {
         }
         assert_eq!(
             std::fs::read_to_string(&path).unwrap(),
-            key_of(&tm, "daemon")
+            tm.client_key("daemon")
         );
     }
 

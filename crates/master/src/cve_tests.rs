@@ -223,15 +223,6 @@ fn error_name(reply: &Value) -> Option<&str> {
     value::get(reply, "error").and_then(|e| value::get_str(e, "name"))
 }
 
-fn root_key(tm: &TestMaster) -> String {
-    tm.master
-        .client_keys
-        .iter()
-        .find(|(u, _)| u == "root")
-        .map(|(_, k)| k.clone())
-        .unwrap()
-}
-
 fn unix_now() -> i64 {
     i64::try_from(
         SystemTime::now()
@@ -489,7 +480,7 @@ fn cve_2020_11651_publish_runner_wheel_and_tokens_need_credentials() {
     let tm = TestMaster::new("");
     let _m1 = tm.minion("m1");
     let before = tm_effects(&tm);
-    let root = root_key(&tm);
+    let root = tm.client_key("root");
     let wrong_keys = [
         None,
         Some(s("")),
@@ -720,7 +711,7 @@ fn cve_2020_11652_jids_paths_and_tags_never_become_paths() {
             "kwarg",
             map([("jid", s(format!("../../../../tmp/{marker}")))]),
         ),
-        ("key", s(root_key(&tm))),
+        ("key", s(tm.client_key("root"))),
         ("user", s("root")),
     ]));
     let run = value::get_str(&reply, "jid")
@@ -898,7 +889,7 @@ fn issue16_pending_keys_are_capped_by_max_pending_keys() {
 fn cve_2022_22936_publishes_carry_increasing_serials_and_replays_are_dropped() {
     let tm = TestMaster::new("");
     let _m1 = tm.minion("m1");
-    let root = root_key(&tm);
+    let root = tm.client_key("root");
     for _ in 0..3 {
         let reply = tm.clear(map([
             ("cmd", s("publish")),
@@ -1045,13 +1036,7 @@ fn cve_2022_22936_a_replayed_sign_in_yields_a_reply_only_the_key_owner_can_read(
 fn issue16_the_job_user_is_the_key_owner_never_the_user_the_client_names() {
     let tm = TestMaster::new("publisher_acl:\n  daemon:\n    - 'm*':\n      - test.ping\n");
     let _m1 = tm.minion("m1");
-    let key = tm
-        .master
-        .client_keys
-        .iter()
-        .find(|(u, _)| u == "daemon")
-        .map(|(_, k)| k.clone())
-        .expect("daemon has a key");
+    let key = tm.client_key("daemon");
     let publish = |fun: &str| {
         tm.clear(map([
             ("cmd", s("publish")),
@@ -1151,7 +1136,7 @@ fn issue16_bad_auth_loads_get_salts_answers_and_store_nothing() {
 fn issue16_bad_publish_loads_are_answered_and_publish_nothing_unusable() {
     let tm = TestMaster::new("");
     let _m1 = tm.minion("m1");
-    let root = root_key(&tm);
+    let root = tm.client_key("root");
     let publish = |edit: &dyn Fn(&mut Value)| {
         let mut load = map([
             ("cmd", s("publish")),
@@ -1338,7 +1323,7 @@ fn issue16_bad_encrypted_loads_get_empty_answers_and_the_master_keeps_serving() 
         ("arg", Value::Array(vec![])),
         ("ret", s("")),
         ("user", s("root")),
-        ("key", s(root_key(&tm))),
+        ("key", s(tm.client_key("root"))),
     ]));
     assert!(matches!(reply, Value::Map(_)), "{reply}");
     let event = cmd("_minion_event", vec![("tag", s("ok")), ("data", empty)]);

@@ -138,13 +138,7 @@ mod tests {
         let m1 = tm.minion("m1");
         sign_in_with_another_key(&tm, "m1");
         sign_in_with_another_key(&tm, "bad/id");
-        let root_key = tm
-            .master
-            .client_keys
-            .iter()
-            .find(|(u, _)| u == "root")
-            .map(|(_, k)| k.clone())
-            .expect("root's key");
+        let root_key = tm.client_key("root");
         let publish = |key: &str| {
             tm.clear(map([
                 ("cmd", s("publish")),

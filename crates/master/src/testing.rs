@@ -144,6 +144,17 @@ fn minion_key() -> &'static PrivateKey {
 }
 
 impl TestMaster {
+    /// The client key the master wrote for local user `user` (`cachedir/.<user>_key`).
+    pub fn client_key(&self, user: &str) -> String {
+        self.master
+            .client_keys
+            .iter()
+            .find(|(u, _)| u == user)
+            .unwrap_or_else(|| panic!("no client key for {user}"))
+            .1
+            .clone()
+    }
+
     /// A master with `auto_accept: True` plus `extra` (YAML) in its config.
     pub fn new(extra: &str) -> TestMaster {
         TestMaster::with_jobs(extra, |store| Arc::new(StoreSink(store)))

@@ -318,13 +318,7 @@ mod tests {
     fn a_job_the_job_cache_cannot_take_is_refused_before_anything_goes_out() {
         let tm = TestMaster::with_jobs("", |_| Arc::new(Unwritable));
         tm.minion("m1");
-        let key = tm
-            .master
-            .client_keys
-            .iter()
-            .find(|(u, _)| u == "root")
-            .map(|(_, k)| k.clone())
-            .expect("root's key");
+        let key = tm.client_key("root");
         let reply = tm.clear(map([
             ("cmd", s("publish")),
             ("tgt", s("*")),
@@ -353,13 +347,7 @@ mod tests {
         let tm = TestMaster::new("nodegroups:\n  webs: L@m1,m2\n");
         tm.minion("m1");
         tm.minion("m2");
-        let key = tm
-            .master
-            .client_keys
-            .iter()
-            .find(|(u, _)| u == "root")
-            .map(|(_, k)| k.clone())
-            .expect("root's key");
+        let key = tm.client_key("root");
         for (tgt, tgt_type, sent) in [
             ("webs", "nodegroup", "L@m1,m2"),
             ("N@webs or m3", "compound", "L@m1,m2 or m3"),

@@ -347,16 +347,6 @@ mod tests {
     // `daemon` and `nobody` exist on every Debian system; the master writes their keys.
     const CONFIG: &str = "publisher_acl:\n  daemon:\n    - '@key'\n  nobody:\n    - test.ping\n";
 
-    fn key_of(tm: &TestMaster, user: &str) -> String {
-        tm.master
-            .client_keys
-            .iter()
-            .find(|(u, _)| u == user)
-            .unwrap_or_else(|| panic!("no key for {user}"))
-            .1
-            .clone()
-    }
-
     fn wheel(tm: &TestMaster, fun: &str, fields: &[(&str, Value)]) -> Value {
         let mut load = vec![(s("cmd"), s("wheel")), (s("fun"), s(fun))];
         load.extend(fields.iter().map(|(k, v)| (s(*k), v.clone())));
@@ -364,7 +354,7 @@ mod tests {
     }
 
     fn as_root(tm: &TestMaster) -> [(&'static str, Value); 2] {
-        [("key", s(key_of(tm, "root"))), ("user", s("root"))]
+        [("key", s(tm.client_key("root"))), ("user", s("root"))]
     }
 
     fn login(user: &str, password: &str) -> [(&'static str, Value); 3] {
@@ -477,7 +467,10 @@ mod tests {
                 "Authentication failure of type \"eauth\" occurred for user alice.".into()
             )
         );
-        let no_fun = tm.clear(map([("cmd", s("wheel")), ("key", s(key_of(&tm, "root")))]));
+        let no_fun = tm.clear(map([
+            ("cmd", s("wheel")),
+            ("key", s(tm.client_key("root"))),
+        ]));
         assert_eq!(error(&no_fun).0, "SaltInvocationError");
     }
 
@@ -554,7 +547,7 @@ mod tests {
     fn a_local_users_key_runs_only_what_its_publisher_acl_wheel_entries_grant() {
         let tm = TestMaster::new(CONFIG);
         pending(&tm, "p1");
-        let daemon = [("key", s(key_of(&tm, "daemon"))), ("user", s("root"))];
+        let daemon = [("key", s(tm.client_key("daemon"))), ("user", s("root"))];
         let ok = wheel(
             &tm,
             "key.list",
@@ -574,7 +567,7 @@ mod tests {
                 "Authentication failure of type \"user\" occurred for user daemon.".into()
             )
         );
-        let nobody = wheel(&tm, "key.list_all", &[("key", s(key_of(&tm, "nobody")))]);
+        let nobody = wheel(&tm, "key.list_all", &[("key", s(tm.client_key("nobody")))]);
         assert_eq!(
             error(&nobody).0,
             "UserAuthenticationError",
@@ -636,7 +629,7 @@ mod tests {
                     ("cmd", s("wheel")),
                     ("fun", s("key.gen_accept")),
                     ("id_", s("made")),
-                    ("key", s(key_of(&tm, "root"))),
+                    ("key", s(tm.client_key("root"))),
                 ]),
             ),
             ("version", Value::from(3)),
