@@ -41,7 +41,7 @@ pub use addr::{minion_hash, BusAddr, BusSockets, MASTER_PUB, MASTER_PULL};
 pub use client::{BusClient, Listener};
 pub use event::{frame_limit, Event, DEFAULT_MAX_EVENT_SIZE, FRAME_SLACK};
 pub use server::{
-    BusHandle, BusServer, DROP_LOG_INTERVAL, MAX_CONNECTIONS, PULL_BUFFER_BYTES,
+    BusHandle, BusServer, DROP_LOG_INTERVAL, GAP_TAG, MAX_CONNECTIONS, PULL_BUFFER_BYTES,
     SUBSCRIBER_BACKLOG_BYTES, SUBSCRIBER_QUEUE_CAPACITY,
 };
 pub use socket::{bind_unix, SocketFile, UnixBindError};

@@ -14,7 +14,9 @@
 //! non-blocking `accept` under the lock the publish holds) and subscribes it, then sends;
 //! the accept task only wakes for connections that arrive while nothing is published.
 //!
-//! Backpressure choice: load shedding, per subscriber. Sending into the channel never
+//! Backpressure choice: load shedding, per subscriber, never silent: a pub-socket
+//! subscriber that lost events gets a [`GAP_TAG`] event with their count right before the
+//! next event it does get. Sending into the channel never
 //! waits, so neither the pull readers nor [`BusHandle::fire`] can be stalled by a
 //! subscriber. A subscriber whose backlog exceeds the capacity loses its *oldest* pending
 //! events (the broadcast channel overwrites them) and keeps receiving from the oldest one
@@ -78,6 +80,11 @@ pub const PULL_BUFFER_BYTES: usize = 64 << 20;
 
 /// Frame bytes a pub-socket subscriber may fall behind before it skips to the newest event.
 pub const SUBSCRIBER_BACKLOG_BYTES: u64 = 32 << 20;
+
+/// The tag of the event a pub-socket subscriber gets in place of the events it lost (a
+/// Halite extension): data `{"dropped": <count>}`, sent right before the next event it
+/// does get, so a reader that fell behind knows how many it missed and where.
+pub const GAP_TAG: &str = "halite/bus/gap";
 
 /// Pause after a failed `accept` (e.g. out of file descriptors) so the loop does not spin.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
@@ -433,6 +440,8 @@ async fn serve_subscriber(
     let unreported = AtomicU64::new(0);
     let total = AtomicU64::new(0);
     let writer = async {
+        // Events lost since the last one written, reported before the next.
+        let mut gap = 0u64;
         loop {
             match rx.recv().await {
                 Ok(mut event) => {
@@ -452,6 +461,15 @@ async fn serve_subscriber(
                         unreported.fetch_add(skipped, Ordering::Relaxed);
                         total.fetch_add(skipped, Ordering::Relaxed);
                         shared.dropped.fetch_add(skipped, Ordering::Relaxed);
+                        gap += skipped;
+                    }
+                    if gap > 0 {
+                        let data = halite_proto::value::map([("dropped", Value::from(gap))]);
+                        // A tag and a two-key map always make a valid event.
+                        if let Ok(g) = prepare(GAP_TAG, data, Utc::now(), shared.max_event_size) {
+                            wr.write_all(g.frame()).await?;
+                        }
+                        gap = 0;
                     }
                     wr.write_all(event.frame()).await?
                 }
@@ -459,6 +477,7 @@ async fn serve_subscriber(
                     unreported.fetch_add(n, Ordering::Relaxed);
                     total.fetch_add(n, Ordering::Relaxed);
                     shared.dropped.fetch_add(n, Ordering::Relaxed);
+                    gap += n;
                 }
                 Err(RecvError::Closed) => return Ok::<(), std::io::Error>(()),
             }

@@ -4,8 +4,8 @@ mod common;
 
 use common::{start, wait_subscribers, within};
 use halite_bus::{
-    frame_limit, BusAddr, BusClient, BusSockets, DEFAULT_MAX_EVENT_SIZE, SUBSCRIBER_BACKLOG_BYTES,
-    SUBSCRIBER_QUEUE_CAPACITY,
+    frame_limit, BusAddr, BusClient, BusSockets, DEFAULT_MAX_EVENT_SIZE, GAP_TAG,
+    SUBSCRIBER_BACKLOG_BYTES, SUBSCRIBER_QUEUE_CAPACITY,
 };
 use halite_proto::event::{frame_pub, frame_pull, pack_event};
 use halite_proto::{value, Value};
@@ -109,6 +109,36 @@ async fn listener_skips_tags_without_its_prefix() {
     bus.stop().await;
 }
 
+/// Reads `l` until the event numbered `total - 1`: events must come in increasing order, and
+/// every run of missing numbers must be announced by a gap event with its exact length
+/// right before the event after it. Returns (events received, events the gaps announced).
+async fn read_to_the_end(l: &mut halite_bus::Listener, total: i64) -> (u64, u64) {
+    let (mut received, mut gaps) = (0u64, 0u64);
+    let mut last = -1i64;
+    let mut announced = 0i64;
+    while last != total - 1 {
+        let ev = within("slow subscriber", l.recv()).await.unwrap().unwrap();
+        if ev.tag() == GAP_TAG {
+            let n = value::get_i64(ev.data(), "dropped").expect("a count");
+            assert!(n > 0, "an empty gap");
+            announced += n;
+            gaps += n as u64;
+            continue;
+        }
+        let i = value::get_i64(ev.data(), "i").unwrap();
+        assert!(i > last, "events out of order: {i} after {last}");
+        assert_eq!(
+            i - last - 1,
+            announced,
+            "event {i} after {last}: gap announced {announced}"
+        );
+        announced = 0;
+        last = i;
+        received += 1;
+    }
+    (received, gaps)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_subscriber_does_not_block_others_and_its_drops_are_counted() {
     let dir = tempfile::tempdir().unwrap();
@@ -144,22 +174,16 @@ async fn slow_subscriber_does_not_block_others_and_its_drops_are_counted() {
         }
     }
 
-    // Let the slow one catch up: it sees increasing events ending with the last, and every
-    // event it missed is counted.
-    let mut received = 0u64;
-    let mut last = -1i64;
-    while last != total as i64 - 1 {
-        let ev = within("slow subscriber", slow.recv())
-            .await
-            .unwrap()
-            .unwrap();
-        let i = value::get_i64(ev.data(), "i").unwrap();
-        assert!(i > last, "events out of order: {i} after {last}");
-        last = i;
-        received += 1;
-    }
+    // Let the slow one catch up: it sees increasing events ending with the last, every
+    // event it missed is counted, and its stream says where and how many (gap events).
+    let (received, gaps) = read_to_the_end(&mut slow, total as i64).await;
     assert!(received < total as u64);
     assert_eq!(received + bus.handle.dropped_events(), total as u64);
+    assert_eq!(
+        gaps,
+        bus.handle.dropped_events(),
+        "gap events report every lost event"
+    );
     reader.abort();
     bus.stop().await;
 }
@@ -186,18 +210,12 @@ async fn a_subscriber_behind_by_more_than_the_byte_limit_loses_its_oldest_events
             )
             .unwrap();
     }
-    let mut received = 0u64;
-    let mut last = -1i64;
-    while last != total - 1 {
-        let ev = within("slow subscriber", slow.recv())
-            .await
-            .unwrap()
-            .unwrap();
-        let i = value::get_i64(ev.data(), "i").unwrap();
-        assert!(i > last, "events out of order: {i} after {last}");
-        last = i;
-        received += 1;
-    }
+    let (received, gaps) = read_to_the_end(&mut slow, total).await;
+    assert_eq!(
+        gaps,
+        total as u64 - received,
+        "gap events report every lost event"
+    );
     println!(
         "MEASURED a subscriber {total} events of 900 KiB behind received {received} \
          (backlog limit {SUBSCRIBER_BACKLOG_BYTES} bytes)"
