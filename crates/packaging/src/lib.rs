@@ -20,13 +20,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 /// The programs the `halite` package installs, in `/usr/bin`.
-pub const PROGRAMS: [&str; 6] = [
+pub const PROGRAMS: [&str; 7] = [
     "halite-master",
     "halite-minion",
     "halite",
     "halite-key",
     "halite-call",
     "halite-run",
+    "halite-api",
 ];
 
 /// Man pages for subcommands with a clap definition of their own: the page's name, the
@@ -206,6 +207,7 @@ mod tests {
             "halite-master  fish\n"
         );
         assert_eq!(read("man/man1/halite-minion.1"), "halite-minion  man\n");
+        assert_eq!(read("man/man1/halite-api.1"), "halite-api  man\n");
         assert_eq!(read("man/man1/halite-event.1"), "halite event listen man\n");
         let key_page = read("man/man1/halite-key.1");
         assert!(key_page.contains(".TH halite-key 1"), "{key_page}");

@@ -9,12 +9,13 @@
 //! - the units verify with `systemd-analyze verify --root` (offline: systemd need not be
 //!   PID 1; the host's targets and slices are copied into the root for the dependencies
 //!   the units name) and say what the service needs;
-//! - the installed `halite-master` and `halite-minion`, configured by the packaged
-//!   `/etc/salt` files plus a `master.d`/`minion.d` drop-in that moves `root_dir` into the
-//!   scratch root, send READY=1 on `$NOTIFY_SOCKET` (the master with its ports bound),
-//!   write their pidfiles, answer `test.ping` through the installed `halite-key`, `halite`
-//!   and the compat `salt` name, and on SIGTERM send STOPPING=1, exit 0 and remove their
-//!   pidfiles.
+//! - the installed `halite-master`, `halite-minion` and `halite-api`, configured by the
+//!   packaged `/etc/salt` files plus a `master.d`/`minion.d` drop-in that moves `root_dir`
+//!   into the scratch root (and gives the API a `rest_cherrypy:` section on a loopback
+//!   port), send READY=1 on `$NOTIFY_SOCKET` (the master with its ports bound, the API
+//!   listening: `GET /` answers 200), write their pidfiles, answer `test.ping` through the
+//!   installed `halite-key`, `halite` and the compat `salt` name, and on SIGTERM send
+//!   STOPPING=1, exit 0 and remove their pidfiles.
 //!
 //! Needs cargo-deb, dpkg and systemd-analyze (scripts/setup-tests installs them).
 
@@ -22,6 +23,7 @@ use halite_testkit::{
     assert_success, current_user, free_ports, halite_bin, json_returns, repo_root, run_command,
     wait_until, Proc, TIMEOUT,
 };
+use std::io::{Read, Write};
 use std::os::unix::net::UnixDatagram;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -88,6 +90,7 @@ fn check_files(root: &Path, main: &Path, compat: &Path, scratch: &Path) {
         "halite-key",
         "halite-call",
         "halite-run",
+        "halite-api",
     ] {
         let path = root.join("usr/bin").join(bin);
         let version = run_ok(path.to_str().expect("utf-8 path"), &[os("--version")]);
@@ -117,7 +120,7 @@ fn check_files(root: &Path, main: &Path, compat: &Path, scratch: &Path) {
         let man_link = root.join(format!("usr/share/man/man1/{salt_name}.1.gz"));
         assert!(man_link.is_file(), "{}", man_link.display());
     }
-    for unit in ["master", "minion"] {
+    for unit in ["master", "minion", "api"] {
         let alias = root.join(format!("usr/lib/systemd/system/salt-{unit}.service"));
         assert_eq!(
             std::fs::read_link(&alias).expect("alias"),
@@ -136,10 +139,17 @@ fn check_files(root: &Path, main: &Path, compat: &Path, scratch: &Path) {
     );
     let postinst = control_file(main, "postinst", scratch);
     assert!(postinst.contains("mkdir -p /etc/salt/master.d /etc/salt/minion.d"));
-    assert!(postinst.contains("deb-systemd-helper update-state halite-master.service"));
+    for unit in ["master", "minion", "api"] {
+        assert!(
+            postinst.contains(&format!(
+                "deb-systemd-helper update-state halite-{unit}.service"
+            )),
+            "{postinst}"
+        );
+    }
     let control = control_file(compat, "control", scratch);
     assert!(
-        control.contains("Conflicts: salt-master, salt-minion, salt-common"),
+        control.contains("Conflicts: salt-master, salt-minion, salt-api, salt-common"),
         "{control}"
     );
     assert!(control.contains("Depends: halite"), "{control}");
@@ -203,8 +213,10 @@ fn verify_units(root: &Path) {
         .args([
             "halite-master.service",
             "halite-minion.service",
+            "halite-api.service",
             "salt-master.service",
             "salt-minion.service",
+            "salt-api.service",
         ]);
     let out = run_command(cmd, TIMEOUT);
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -215,7 +227,7 @@ fn verify_units(root: &Path) {
         "systemd-analyze verify ({}):\n{stderr}",
         out.status
     );
-    for (unit, prevent) in [("master", "78"), ("minion", "77 78")] {
+    for (unit, prevent) in [("master", "78"), ("minion", "77 78"), ("api", "78")] {
         let text =
             std::fs::read_to_string(units.join(format!("halite-{unit}.service"))).expect("unit");
         for line in [
@@ -233,6 +245,22 @@ fn verify_units(root: &Path) {
         assert!(
             !text.contains("StandardError="),
             "stderr goes to the journal"
+        );
+    }
+    // The API starts after a master on the same host, but may front one elsewhere: it
+    // orders itself after halite-master without pulling it in.
+    let api = std::fs::read_to_string(units.join("halite-api.service")).expect("unit");
+    assert!(
+        api.lines()
+            .any(|l| l == "After=network-online.target halite-master.service"),
+        "halite-api.service is not ordered after halite-master"
+    );
+    for line in api.lines() {
+        assert!(
+            !(line.starts_with("Requires=")
+                || line.starts_with("BindsTo=")
+                || (line.starts_with("Wants=") && line.contains("halite-master"))),
+            "halite-api.service pulls in the master: {line}"
         );
     }
 }
@@ -266,6 +294,34 @@ fn start(root: &Path, program: &str, notify: &NotifySocket, logs: &Path) -> Proc
         .arg(root.join("etc/salt"))
         .env("NOTIFY_SOCKET", &notify.path);
     Proc::spawn(cmd, logs, program)
+}
+
+/// One HTTP/1.0 exchange (no chunked bodies, the server closes) with the API on
+/// loopback; returns the status code and the body.
+fn http(port: u16, method: &str, path: &str, body: &str) -> (u16, String) {
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))
+        .unwrap_or_else(|e| panic!("halite-api on port {port}: {e}"));
+    stream.set_read_timeout(Some(TIMEOUT)).expect("timeout");
+    write!(
+        stream,
+        "{method} {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\nAccept: application/json\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("request");
+    let mut response = String::new();
+    stream
+        .read_to_string(&mut response)
+        .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .unwrap_or_else(|| panic!("{method} {path}: no header end in {response:?}"));
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("{method} {path}: status line in {head:?}"));
+    (status, body.to_owned())
 }
 
 fn pid_in(path: &Path) -> Option<u32> {
@@ -310,14 +366,23 @@ fn deb_installs_files_and_units_whose_daemons_answer_test_ping_from_the_installe
 
     // The packaged /etc/salt files as they are, plus drop-ins moving everything under the
     // scratch root (Salt's layout below it: etc/salt/pki, var/cache/salt, var/run, ...).
-    let ports = free_ports(2);
-    let (publish_port, ret_port) = (ports[0], ports[1]);
+    let ports = free_ports(3);
+    let (publish_port, ret_port, api_port) = (ports[0], ports[1], ports[2]);
+    // The API's section, and a file eauth user allowed test.ping for its local client.
+    let eauth_users = scratch.path().join("eauth-users");
+    std::fs::write(&eauth_users, "pkg:pkgpw\n").expect("eauth users");
+    let api_conf = format!(
+        "rest_cherrypy:\n  port: {api_port}\n  host: 127.0.0.1\n  disable_ssl: true\n\
+         netapi_enable_clients: [local]\n\
+         external_auth:\n  file:\n    ^filename: {}\n    ^filetype: text\n    pkg:\n      - test.ping\n",
+        eauth_users.display()
+    );
     let r = root.display();
     let user = current_user();
     for (dir, text) in [
         (
             "master.d",
-            format!("root_dir: {r}\ninterface: 127.0.0.1\npublish_port: {publish_port}\nret_port: {ret_port}\nuser: {user}\n"),
+            format!("root_dir: {r}\ninterface: 127.0.0.1\npublish_port: {publish_port}\nret_port: {ret_port}\nuser: {user}\n{api_conf}"),
         ),
         (
             "minion.d",
@@ -342,6 +407,17 @@ fn deb_installs_files_and_units_whose_daemons_answer_test_ping_from_the_installe
     let master_pidfile = root.join("var/run/salt-master.pid");
     assert_eq!(pid_in(&master_pidfile), Some(master.pid()));
     assert!(root.join("etc/salt/pki/master/master.pem").is_file());
+
+    // halite-api reads the same master config; READY=1 comes once it listens.
+    let api_notify = NotifySocket::bind(scratch.path().join("notify-api"));
+    let mut api = start(&root, "halite-api", &api_notify, &logs);
+    assert_eq!(api_notify.next("halite-api"), "READY=1");
+    let api_pidfile = root.join("var/run/salt-api.pid");
+    assert_eq!(pid_in(&api_pidfile), Some(api.pid()));
+    let (status, body) = http(api_port, "GET", "/", "");
+    assert_eq!(status, 200, "GET / answered {body}");
+    let welcome: serde_json::Value = serde_json::from_str(&body).expect("GET / body is JSON");
+    assert_eq!(welcome["return"], "Welcome", "{body}");
 
     let minion_notify = NotifySocket::bind(scratch.path().join("notify-minion"));
     let mut minion = start(&root, "halite-minion", &minion_notify, &logs);
@@ -371,6 +447,25 @@ fn deb_installs_files_and_units_whose_daemons_answer_test_ping_from_the_installe
         "the installed halite never got pkg-minion's test.ping"
     );
     assert_eq!(ping(&root, "salt"), Some(serde_json::Value::Bool(true)));
+    // The installed API reaches the installed master and its minion.
+    let (status, body) = http(
+        api_port,
+        "POST",
+        "/run",
+        r#"[{"client": "local", "tgt": "pkg-minion", "fun": "test.ping",
+             "username": "pkg", "password": "pkgpw", "eauth": "file"}]"#,
+    );
+    assert_eq!(status, 200, "POST /run answered {body}");
+    let run: serde_json::Value = serde_json::from_str(&body).expect("POST /run body is JSON");
+    assert_eq!(
+        run,
+        serde_json::json!({"return": [{"pkg-minion": true}]}),
+        "{body}"
+    );
+
+    assert!(api.stop().success(), "halite-api exit status");
+    assert_eq!(api_notify.next("halite-api"), "STOPPING=1");
+    assert!(!api_pidfile.exists(), "the API left its pidfile");
 
     assert!(minion.stop().success(), "halite-minion exit status");
     assert_eq!(minion_notify.next("halite-minion"), "STOPPING=1");
