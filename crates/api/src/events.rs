@@ -421,14 +421,19 @@ pub async fn serve(
     let mut recheck =
         tokio::time::interval_at(tokio::time::Instant::now() + TOKEN_RECHECK, TOKEN_RECHECK);
     let mut revocations = task.sessions.revocations();
+    // Made once, not per event: a timer registered and cancelled for every event is a
+    // measurable share of a busy stream's cost.
+    let expiry = tokio::time::sleep_until(deadline);
+    let stopping = shutdown.cancelled();
+    tokio::pin!(expiry, stopping);
     loop {
         // Only cancel-safe waits in here; what they give is handled below.
         let wake = tokio::select! {
             item = next_item(&mut task.rx, &mut mode) => Wake::Item(item),
             () = tick(&mut keepalive) => Wake::KeepAlive,
             _ = recheck.tick() => Wake::Recheck,
-            () = tokio::time::sleep_until(deadline) => Wake::Stop,
-            () = shutdown.cancelled() => Wake::Stop,
+            () = &mut expiry => Wake::Stop,
+            () = &mut stopping => Wake::Stop,
         };
         let step = match wake {
             Wake::Item(item) => task.handle(item, &mut mode).await,

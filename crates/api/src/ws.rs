@@ -123,6 +123,10 @@ pub async fn serve_socket<G>(
         i.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         i
     });
+    // Made once, not per message (see `events::serve`).
+    let expiry = tokio::time::sleep_until(expiry);
+    let stopping = shutdown.cancelled();
+    tokio::pin!(expiry, stopping);
     loop {
         let step = tokio::select! {
             msg = socket.recv() => match msg {
@@ -147,10 +151,10 @@ pub async fn serve_socket<G>(
             },
             () = tick(&mut ping) => Step::Send(vec![Message::Ping(Bytes::new())]),
             // Once streaming, the stream itself watches the token.
-            () = tokio::time::sleep_until(expiry), if task.is_none() => {
+            () = &mut expiry, if task.is_none() => {
                 Step::Close(1000, "session ended")
             }
-            () = shutdown.cancelled() => Step::Close(1001, "server shutting down"),
+            () = &mut stopping => Step::Close(1001, "server shutting down"),
         };
         match step {
             Step::Send(messages) => {
