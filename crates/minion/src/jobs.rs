@@ -195,9 +195,12 @@ impl Jobs {
             );
         }
         st = self.wait_ended(st, wait);
-        let mut signalled: Vec<String> = st.running.keys().cloned().collect();
-        signalled.sort();
+        // Only jobs whose threads still run are signalled (an entry can outlive its thread
+        // for a moment: it goes when the return is sent).
+        let mut signalled: Vec<String> = Vec::new();
         if st.threads > 0 {
+            signalled = st.running.keys().cloned().collect();
+            signalled.sort();
             if !signalled.is_empty() {
                 tracing::warn!(
                     "Job(s) {} still running after shutdown_job_timeout ({} s): sending them signal {SHUTDOWN_SIGNAL}; they return nothing",
@@ -685,6 +688,32 @@ mod tests {
         assert!(value::str_of(&ret.ret)
             .unwrap()
             .contains("panic: a panic without a message"));
+    }
+
+    #[test]
+    fn a_job_whose_thread_ended_but_whose_return_is_in_flight_is_not_reported_signalled() {
+        let dir = tempfile::tempdir().unwrap();
+        let jobs = Arc::new(Jobs::new());
+        let counted = jobs.begin().expect("the table takes jobs");
+        let (_, entry) = jobs.run_guarded(
+            "6",
+            job("6"),
+            JobHandle::new(),
+            dir.path(),
+            "test.ping",
+            done,
+        );
+        // The thread is gone; the entry stays until the return is sent.
+        drop(counted);
+        let drained = jobs.drain(Duration::from_secs(60), SHUTDOWN_GRACE);
+        assert_eq!(
+            drained,
+            Drained {
+                signalled: vec![],
+                left: 0
+            }
+        );
+        drop(entry);
     }
 
     #[test]
