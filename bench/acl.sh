@@ -111,9 +111,10 @@ if [[ " ${master_list[*]} " == *" stock "* ]] && [ ! -x "$venv/bin/salt-master" 
   echo "acl.sh: no stock Salt in $venv (set HALITE_SALT_VENV)" >&2; exit 2
 fi
 
-mkdir -p "$results/logs"
-progress=$results/progress.log
-log() { echo "[$(date +%H:%M:%S)] $*" | tee -a "$progress" >&2; }
+# shellcheck source=bench/lib.sh
+. "$repo/bench/lib.sh"
+bench_init acl
+chmod 755 "$work"
 
 if [ "$build" = 1 ]; then
   cargo build --release --locked -p halite-master -p halite-minion -p halite-cli
@@ -136,29 +137,12 @@ if ! id -u "$user" >/dev/null 2>&1; then
 fi
 
 {
-  echo "date: $(date -Is)"
-  if git -C "$repo" rev-parse --git-dir >/dev/null 2>&1; then
-    echo "commit: $(git -C "$repo" rev-parse --short HEAD)"
-    echo "worktree: $(git -C "$repo" status --porcelain | wc -l) changed paths, diff sha1 $(git -C "$repo" diff HEAD | sha1sum | cut -c1-12) (uncommitted work is part of what was measured)"
-  else
-    echo "commit: ${HALITE_COMMIT:-unknown} (not a git checkout: $repo)"
-  fi
-  echo "kernel: $(uname -r)"
-  echo "cpus: $(nproc)"
-  grep -m1 'model name' /proc/cpuinfo || true
-  free -m | sed -n 2p
-  echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
-  echo "salt: $("$venv/bin/python" -c 'import salt.version; print(salt.version.__version__)' 2>/dev/null || echo none)"
-  echo "run directories: ${HALITE_TEMP_BASE:-${TMPDIR:-/tmp}}"
+  machine_header
   echo "ACL user: $user (uid $(id -u "$user"))"
   echo "args: --runs $runs --budget $budget --masters $masters --seconds $seconds --minions $minions --cost-budget $cost_budget$([ "$cost" = 1 ] || echo ' --no-cost')$([ "$stock_cost" = 1 ] || echo ' --no-stock-cost')"
   echo "stock permissions: chmod 755 cachedir cachedir/jobs sock_dir; chgrp $user sock_dir/master_event_pub.ipc (after the master is up)"
 } > "$results/machine.txt"
 
-work=$(mktemp -d "${HALITE_TEMP_BASE:-${TMPDIR:-/tmp}}/halite-acl.XXXXXX")
-chmod 755 "$work"
-pids=()
-helper_pid=
 
 # The timing helper (standard library; peer_calls.py's JSON reading).
 cat > "$work/acl_calls.py" <<'PY'
@@ -522,71 +506,6 @@ export HALITE_USER_HOME=$work/home
 mkdir -p "$HALITE_USER_HOME"
 chown "$user:" "$HALITE_USER_HOME"
 
-# helper CMD...: runs a helper in the background and waits for it, so that a signal
-# reaches this script's trap at once; the trap stops the helper (which kills its call).
-helper() {
-  local rc=0
-  "$@" &
-  helper_pid=$!
-  wait "$helper_pid" || rc=$?
-  helper_pid=
-  return "$rc"
-}
-
-descendants() {
-  local p c
-  for p in "$@"; do
-    for c in $(cat /proc/"$p"/task/*/children 2>/dev/null); do
-      echo "$c"; descendants "$c"
-    done
-  done
-}
-
-alive() {
-  local p
-  for p in "$@"; do
-    [ -d /proc/"$p" ] && ! grep -q '^State:.*Z' /proc/"$p"/status 2>/dev/null && return 0
-  done
-  return 1
-}
-
-# Stops every process started by start_bg: SIGTERM to each one's process group and
-# descendants, SIGKILL to what is left after 8 s.
-stop_all() {
-  [ ${#pids[@]} -gt 0 ] || return 0
-  local all=("${pids[@]}") p i
-  for p in "${pids[@]}"; do all+=($(descendants "$p")); done
-  for p in "${pids[@]}"; do kill -TERM -- -"$p" 2>/dev/null || true; done
-  kill -TERM "${all[@]}" 2>/dev/null || true
-  for i in $(seq 1 80); do alive "${all[@]}" || break; sleep 0.1; done
-  for p in "${pids[@]}"; do kill -KILL -- -"$p" 2>/dev/null || true; done
-  kill -KILL "${all[@]}" 2>/dev/null || true
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  pids=()
-}
-
-cleanup() {
-  local rc=$?
-  trap - EXIT INT TERM
-  if [ -n "$helper_pid" ]; then
-    kill -TERM "$helper_pid" 2>/dev/null || true
-    wait "$helper_pid" 2>/dev/null || true
-  fi
-  stop_all
-  rm -rf "$work"
-  exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-# start_bg NAME DIR CMD...: CMD in its own session, output in DIR/NAME.out and .err.
-start_bg() {
-  local name=$1 dir=$2; shift 2
-  setsid "$@" >"$dir/$name.out" 2>"$dir/$name.err" </dev/null &
-  pids+=($!)
-}
-
 write_master_config() {
   local conf=$1 root=$2 pub=$3 ret=$4
   mkdir -p "$conf" "$root"/{pki,cache,sock,log,run,srv/salt,srv/pillar}
@@ -615,25 +534,6 @@ publisher_acl: $acl_json
 CONF
 }
 
-write_minion_config() {
-  local dir=$1 id=$2 ret=$3
-  mkdir -p "$dir"/{pki,cache,sock,log,run}
-  cat > "$dir/minion" <<CONF
-id: $id
-master: 127.0.0.1
-master_port: $ret
-user: root
-root_dir: $dir
-pki_dir: $dir/pki
-cachedir: $dir/cache
-sock_dir: $dir/sock
-pidfile: $dir/run/salt-minion.pid
-log_file: $dir/log/minion
-log_level: warning
-log_level_logfile: info
-CONF
-}
-
 # scenario MASTER: start, wait for the minions, open what stock needs, measure.
 scenario() {
   local master=$1 dir pub ret id t0 root
@@ -651,12 +551,12 @@ scenario() {
   fi
   t0=$(date +%s.%N)
   start_bg master "$dir/procs" "${master_cmd[@]}" -c "$dir/master-conf"
-  helper "$py" "$ports_py" wait-port "$ret" 60 || { log "$master master did not listen"; return 1; }
+  waited "$py" "$ports_py" wait-port "$ret" 60 || { log "$master master did not listen"; return 1; }
   for id in web0000 web0001 log0000; do
     write_minion_config "$dir/minion-$id" "$id" "$ret"
     start_bg "minion-$id" "$dir/procs" "${minion_cmd[@]}" -c "$dir/minion-$id"
   done
-  helper "$py" "$ports_py" wait-ping 3 "$start_timeout" -- \
+  waited "$py" "$ports_py" wait-ping 3 "$start_timeout" -- \
     "${cli_cmd[@]}" -c "$dir/master-conf" '*' test.ping --out json --static -t 10 || return 1
   log "all 3 minions answer after $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b - a}') s"
   [ -f "$root/cache/.${user}_key" ] || { log "$master master wrote no key for $user"; return 1; }
@@ -668,7 +568,7 @@ scenario() {
     # the user's instead of putting the user in group root.
     chgrp "$(id -g "$user")" "$root/sock/master_event_pub.ipc"
   fi
-  helper "$py" "$work/acl_calls.py" measure --master "$master" --runs "$runs" --budget "$budget" \
+  waited "$py" "$work/acl_calls.py" measure --master "$master" --runs "$runs" --budget "$budget" \
     --user "$user" --config "$dir/master-conf" --out "$results/results.jsonl" \
     -- "${cli_cmd[@]}" 2> >(tee -a "$progress" >&2)
 }
@@ -690,7 +590,7 @@ if [ "$cost" = 1 ]; then
     echo "$acl_json" > "$work/acl.json"
     "$bin/examples/acl_cost" --print-cases > "$work/cases.json"
     log "== stock Salt's auth_check on the same fleet, ACL and cases (budget ${cost_budget} s per check)"
-    helper "$venv/bin/python3" "$work/stock_cost.py" --root "$work/stock-cost" \
+    waited "$venv/bin/python3" "$work/stock_cost.py" --root "$work/stock-cost" \
       --minions "$minions" --user "$user" --acl "$work/acl.json" --cases "$work/cases.json" \
       --budget "$cost_budget" --out "$results/stock_cost.jsonl" 2> >(tee -a "$progress" >&2) \
       || log "!! stock auth_check timing failed"

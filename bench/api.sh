@@ -100,100 +100,19 @@ for b in "${needed[@]}"; do
   [ -x "$bin/$b" ] || { echo "api.sh: $bin/$b is missing (build, or drop --no-build)" >&2; exit 2; }
 done
 
-mkdir -p "$results/logs"
-progress=$results/progress.log
-log() { echo "[$(date +%H:%M:%S)] $*" | tee -a "$progress" >&2; }
+# shellcheck source=bench/lib.sh
+. "$repo/bench/lib.sh"
+bench_init api-bench
 
 {
-  echo "date: $(date -Is)"
-  if git -C "$repo" rev-parse --git-dir >/dev/null 2>&1; then
-    echo "commit: $(git -C "$repo" rev-parse --short HEAD)"
-    echo "worktree: $(git -C "$repo" status --porcelain | wc -l) changed paths, diff sha1 $(git -C "$repo" diff HEAD | sha1sum | cut -c1-12) (uncommitted work is part of what was measured)"
-  else
-    echo "commit: ${HALITE_COMMIT:-unknown} (not a git checkout: $repo)"
-  fi
+  machine_header
   echo "binaries: $bin"
-  echo "kernel: $(uname -r)"
-  echo "cpus: $(nproc)"
-  grep -m1 'model name' /proc/cpuinfo || true
-  free -m | sed -n 2p
-  echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
-  echo "RLIMIT_NOFILE: soft $(ulimit -Sn) hard $(ulimit -Hn)"
-  echo "salt: $("$venv/bin/python" -c 'import salt.version; print(salt.version.__version__)' 2>/dev/null || echo none) ($venv)"
   echo "cherrypy: $("$venv/bin/python" -c 'import cherrypy; print(cherrypy.__version__)' 2>/dev/null || echo none)"
-  echo "run directories: ${HALITE_TEMP_BASE:-${TMPDIR:-/tmp}}"
   echo "args: --apis $apis --minions $minions --clients $clients --post-secs $post_secs --warmup-secs $warmup_secs --sse-clients $sse_clients --events-per-sec $events_per_sec --event-secs $event_secs --drain-secs $drain_secs --swarm-key-bits $key_bits"
 } > "$results/machine.txt"
 
-work=$(mktemp -d "${HALITE_TEMP_BASE:-${TMPDIR:-/tmp}}/halite-api-bench.XXXXXX")
-pids=()
-helper_pid=
-
-# helper ARGS...: runs peer_calls.py (its ports, wait-port and wait-swarm commands) in the
-# background and waits for it, so that a signal reaches this script's trap at once (the
-# load generator is waited for the same way in scenario).
-helper() {
-  local rc=0
-  "$py" "$helper_py" "$@" &
-  helper_pid=$!
-  wait "$helper_pid" || rc=$?
-  helper_pid=
-  return "$rc"
-}
-
-descendants() {
-  local p c
-  for p in "$@"; do
-    for c in $(cat /proc/"$p"/task/*/children 2>/dev/null); do
-      echo "$c"; descendants "$c"
-    done
-  done
-}
-
-alive() {
-  local p
-  for p in "$@"; do
-    [ -d /proc/"$p" ] && ! grep -q '^State:.*Z' /proc/"$p"/status 2>/dev/null && return 0
-  done
-  return 1
-}
-
-# Stops every process started by start_bg: SIGTERM to each one's process group and
-# descendants, SIGKILL to what is left after 8 s.
-stop_all() {
-  [ ${#pids[@]} -gt 0 ] || return 0
-  local all=("${pids[@]}") p i
-  for p in "${pids[@]}"; do all+=($(descendants "$p")); done
-  for p in "${pids[@]}"; do kill -TERM -- -"$p" 2>/dev/null || true; done
-  kill -TERM "${all[@]}" 2>/dev/null || true
-  for i in $(seq 1 80); do alive "${all[@]}" || break; sleep 0.1; done
-  for p in "${pids[@]}"; do kill -KILL -- -"$p" 2>/dev/null || true; done
-  kill -KILL "${all[@]}" 2>/dev/null || true
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  pids=()
-}
-
-cleanup() {
-  local rc=$?
-  trap - EXIT INT TERM
-  if [ -n "$helper_pid" ]; then
-    kill -TERM "$helper_pid" 2>/dev/null || true
-    wait "$helper_pid" 2>/dev/null || true
-  fi
-  stop_all
-  rm -rf "$work"
-  exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-# start_bg NAME DIR CMD...: CMD in its own session, output in DIR/NAME.out and .err.
-start_bg() {
-  local name=$1 dir=$2; shift 2
-  setsid "$@" >"$dir/$name.out" 2>"$dir/$name.err" </dev/null &
-  pids+=($!)
-}
+# helper ARGS...: peer_calls.py ARGS (its ports, wait-port and wait-swarm commands).
+helper() { waited "$py" "$helper_py" "$@"; }
 
 write_master_config() {
   local conf=$1 root=$2 pub=$3 ret=$4 api=$5
@@ -262,17 +181,14 @@ scenario() {
   start_bg api "$dir/procs" "${api_cmd[@]}" -c "$dir/conf" -l warning
   apid=${pids[-1]}
   local rc=0
-  "$bin/halite-bench" api --url "http://127.0.0.1:$api" --label "$kind" \
+  waited "$bin/halite-bench" api --url "http://127.0.0.1:$api" --label "$kind" \
     --minions "$minions" --ready-timeout "$start_timeout" \
     --clients "$clients" --post-secs "$post_secs" --warmup-secs "$warmup_secs" \
     --sse-clients "$sse_clients" --events-per-sec "$events_per_sec" \
     --event-secs "$event_secs" --drain-secs "$drain_secs" --sock-dir "$dir/root/sock" \
     --watch "api=$apid" --watch "master=$mpid" --watch "swarm=$spid" \
     --out "$results/results.jsonl" \
-    2> >(tee -a "$progress" >&2) >> "$results/result.txt" &
-  helper_pid=$!
-  wait "$helper_pid" || rc=$?
-  helper_pid=
+    2> >(tee -a "$progress" >&2) >> "$results/result.txt" || rc=$?
   [ "$rc" = 0 ] || log "!! $kind: halite-bench api failed ($rc)"
   return "$rc"
 }

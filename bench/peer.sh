@@ -74,9 +74,9 @@ if [[ " ${master_list[*]} " == *" stock "* ]] && [ ! -x "$venv/bin/salt-master" 
   echo "peer.sh: no stock Salt in $venv (set HALITE_SALT_VENV)" >&2; exit 2
 fi
 
-mkdir -p "$results/logs"
-progress=$results/progress.log
-log() { echo "[$(date +%H:%M:%S)] $*" | tee -a "$progress" >&2; }
+# shellcheck source=bench/lib.sh
+. "$repo/bench/lib.sh"
+bench_init peer
 
 if [ "$build" = 1 ]; then
   cargo build --release --locked -p halite-master -p halite-minion -p halite-call \
@@ -90,95 +90,12 @@ for b in "${needed[@]}"; do
 done
 
 {
-  echo "date: $(date -Is)"
-  if git -C "$repo" rev-parse --git-dir >/dev/null 2>&1; then
-    echo "commit: $(git -C "$repo" rev-parse --short HEAD)"
-    echo "worktree: $(git -C "$repo" status --porcelain | wc -l) changed paths, diff sha1 $(git -C "$repo" diff HEAD | sha1sum | cut -c1-12) (uncommitted work is part of what was measured)"
-  else
-    echo "commit: ${HALITE_COMMIT:-unknown} (not a git checkout: $repo)"
-  fi
-  echo "kernel: $(uname -r)"
-  echo "cpus: $(nproc)"
-  grep -m1 'model name' /proc/cpuinfo || true
-  free -m | sed -n 2p
-  echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
-  echo "RLIMIT_NOFILE: soft $(ulimit -Sn) hard $(ulimit -Hn)"
-  echo "salt: $("$venv/bin/python" -c 'import salt.version; print(salt.version.__version__)' 2>/dev/null || echo none)"
-  echo "run directories: ${HALITE_TEMP_BASE:-${TMPDIR:-/tmp}}"
+  machine_header
   echo "args: --counts $counts --runs $runs --budget $budget --masters $masters --real-max $real_max --swarm-key-bits $key_bits"
 } > "$results/machine.txt"
 
-work=$(mktemp -d "${HALITE_TEMP_BASE:-${TMPDIR:-/tmp}}/halite-peer.XXXXXX")
-pids=()
-helper_pid=
-
-# helper ARGS...: runs peer_calls.py in the background and waits for it, so that a signal
-# reaches this script's trap at once; the trap stops the helper (which kills its call).
-helper() {
-  local rc=0
-  "$py" "$helper_py" "$@" &
-  helper_pid=$!
-  wait "$helper_pid" || rc=$?
-  helper_pid=
-  return "$rc"
-}
-
-descendants() {
-  local p c
-  for p in "$@"; do
-    for c in $(cat /proc/"$p"/task/*/children 2>/dev/null); do
-      echo "$c"; descendants "$c"
-    done
-  done
-}
-
-alive() {
-  local p
-  for p in "$@"; do
-    [ -d /proc/"$p" ] && ! grep -q '^State:.*Z' /proc/"$p"/status 2>/dev/null && return 0
-  done
-  return 1
-}
-
-# Stops every process started by start_bg: SIGTERM to each one's process group and
-# descendants, SIGKILL to what is left after 8 s.
-stop_all() {
-  [ ${#pids[@]} -gt 0 ] || return 0
-  local all=("${pids[@]}") p i
-  for p in "${pids[@]}"; do all+=($(descendants "$p")); done
-  for p in "${pids[@]}"; do kill -TERM -- -"$p" 2>/dev/null || true; done
-  kill -TERM "${all[@]}" 2>/dev/null || true
-  for i in $(seq 1 80); do alive "${all[@]}" || break; sleep 0.1; done
-  for p in "${pids[@]}"; do kill -KILL -- -"$p" 2>/dev/null || true; done
-  kill -KILL "${all[@]}" 2>/dev/null || true
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  pids=()
-}
-
-cleanup() {
-  local rc=$?
-  trap - EXIT INT TERM
-  if [ -n "$helper_pid" ]; then
-    kill -TERM "$helper_pid" 2>/dev/null || true
-    wait "$helper_pid" 2>/dev/null || true
-  fi
-  stop_all
-  # Run directories go only now, as halite-bench does: deleting many files makes later
-  # file creation slower on this ext4 (see BENCHMARKS.md, "Machine").
-  rm -rf "$work"
-  sync
-  exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-
-# start_bg NAME DIR CMD...: CMD in its own session, output in DIR/NAME.out and .err.
-start_bg() {
-  local name=$1 dir=$2; shift 2
-  setsid "$@" >"$dir/$name.out" 2>"$dir/$name.err" </dev/null &
-  pids+=($!)
-}
+# helper ARGS...: peer_calls.py ARGS (ports, wait-port, wait-swarm, wait-ping, measure).
+helper() { waited "$py" "$helper_py" "$@"; }
 
 write_master_config() {
   local conf=$1 root=$2 pub=$3 ret=$4
@@ -211,34 +128,6 @@ pillar_roots:
   base:
     - $root/srv/pillar
 CONF
-}
-
-write_minion_config() {
-  local dir=$1 id=$2 ret=$3
-  mkdir -p "$dir"/{pki,cache,sock,log,run}
-  cat > "$dir/minion" <<CONF
-id: $id
-master: 127.0.0.1
-master_port: $ret
-user: $(id -un)
-root_dir: $dir
-pki_dir: $dir/pki
-cachedir: $dir/cache
-sock_dir: $dir/sock
-pidfile: $dir/run/salt-minion.pid
-log_file: $dir/log/minion
-log_level: warning
-log_level_logfile: info
-CONF
-}
-
-# master_tree_cpu PID: utime+stime (s) of PID and its descendants.
-master_tree_cpu() {
-  local tck p
-  tck=$(getconf CLK_TCK)
-  for p in "$1" $(descendants "$1"); do
-    awk -v t="$tck" '{sub(/^.*\) /, ""); print ($12+$13)/t}' /proc/"$p"/stat 2>/dev/null
-  done | awk '{s+=$1} END{printf "%.2f\n", s}'
 }
 
 # scenario MASTER N: start, wait for every minion, measure. Returns 1 (and leaves the
@@ -277,11 +166,11 @@ scenario() {
   helper wait-ping "$n" "$start_timeout" -- \
     "${cli_cmd[@]}" -c "$dir/master-conf" '*' test.ping --out json --static -t 10 || return 1
   log "all $n minions answer after $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN{printf "%.1f", b - a}') s"
-  cpu0=$(master_tree_cpu "$mpid")
+  cpu0=$(tree_cpu "$mpid")
   helper measure --master "$master" --count "$n" --runs "$runs" --budget "$budget" \
     --call "$call_cmd" --config "$dir/minion-0" --out "$results/results.jsonl" \
     2> >(tee -a "$progress" >&2)
-  cpu1=$(master_tree_cpu "$mpid")
+  cpu1=$(tree_cpu "$mpid")
   log "master CPU during the calls: $(awk -v a="$cpu0" -v b="$cpu1" 'BEGIN{printf "%.2f", b - a}') s (process tree)"
 }
 

@@ -2,6 +2,9 @@
 //! `saltutil.find_job` (which `salt`/`LocalClient` send to minions that are slow to
 //! return), and the `_return` load it sends back.
 //!
+//! With `--simulate-states`, `state.apply` and `state.highstate` cost the master what a
+//! stock minion's warm run costs it ([`crate::states`]).
+//!
 //! Anything else is answered the way a stock minion answers a function it does not have:
 //! `"'<fun>' is not available."`, `retcode` 1, `success` false, `out: nested`.
 //! Multi-function jobs (`fun` is a list) are not simulated; such a publish is dropped.
@@ -55,6 +58,9 @@ pub enum Plan {
     Sleep(Duration),
     /// `saltutil.find_job` for this jid: the caller looks the job up.
     FindJob(String),
+    /// `state.apply`/`state.highstate` with states simulated: the caller sends the
+    /// requests of [`crate::states`], then returns [`crate::states::highstate_return`].
+    StateApply,
 }
 
 /// The positional arguments of a job, without the trailing `__kwarg__` map.
@@ -79,10 +85,12 @@ fn seconds(v: &Value) -> Option<f64> {
     .filter(|f: &f64| f.is_finite() && *f >= 0.0)
 }
 
-/// Decides how to run `fun` with `arg` (the publish's `arg` list).
-pub fn plan(fun: &str, arg: &Value) -> Plan {
+/// Decides how to run `fun` with `arg` (the publish's `arg` list); `states`: whether
+/// `state.apply` is simulated (`--simulate-states`).
+pub fn plan(fun: &str, arg: &Value, states: bool) -> Plan {
     let args = positional(arg);
     match fun {
+        "state.apply" | "state.highstate" if states => Plan::StateApply,
         "test.ping" => Plan::Now(JobReturn::ok(Value::Boolean(true))),
         "test.echo" => match args.first() {
             Some(text) => Plan::Now(JobReturn::ok((*text).clone())),
@@ -188,7 +196,7 @@ mod tests {
             ),
         ];
         for (fun, arg, want) in cases {
-            assert_eq!(plan(fun, &arg), want, "{fun} {arg}");
+            assert_eq!(plan(fun, &arg, false), want, "{fun} {arg}");
         }
     }
 
@@ -200,15 +208,28 @@ mod tests {
             ("test.sleep", args(vec![Value::from(-1)])),
             ("pkg.install", args(vec![])),
         ] {
-            let Plan::Now(r) = plan(fun, &arg) else {
+            let Plan::Now(r) = plan(fun, &arg, false) else {
                 panic!("{fun} should fail at once")
             };
             assert_eq!((r.retcode, r.success, r.out), (1, false, Some("nested")));
         }
-        let Plan::Now(r) = plan("pkg.install", &Value::Nil) else {
+        let Plan::Now(r) = plan("pkg.install", &Value::Nil, false) else {
             panic!()
         };
         assert_eq!(r.ret, s("'pkg.install' is not available."));
+    }
+
+    #[test]
+    fn state_apply_is_simulated_only_when_asked() {
+        assert_eq!(plan("state.apply", &args(vec![]), true), Plan::StateApply);
+        assert_eq!(
+            plan("state.highstate", &args(vec![]), true),
+            Plan::StateApply
+        );
+        let Plan::Now(r) = plan("state.apply", &args(vec![]), false) else {
+            panic!("state.apply without simulation should fail at once")
+        };
+        assert_eq!(r.ret, s("'state.apply' is not available."));
     }
 
     #[test]

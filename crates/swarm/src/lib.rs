@@ -6,7 +6,8 @@
 //! and RSA key ([`keys`], cached on disk), signs it in with `_auth` (retrying while the key
 //! is pending), subscribes it to the publish port, decrypts every publish, decides targeting
 //! with `halite-target`, answers `test.ping`, `test.echo`, `test.sleep` and
-//! `saltutil.find_job` with `_return` ([`exec`]), and fires `_minion_event`s at a rate set at
+//! `saltutil.find_job` with `_return` ([`exec`]) — with `--simulate-states`, also `state.apply`
+//! by sending the master the requests a stock minion sends for it ([`states`]) — and fires `_minion_event`s at a rate set at
 //! start or on stdin. It only speaks the wire protocol, so it works against a Halite master
 //! and a stock salt-master alike. The benchmark runner ([`bench`], binary `halite-bench`)
 //! starts a master, the swarm, and measures auth storm, publish → returns, and sustained
@@ -38,6 +39,7 @@ pub mod exec;
 pub mod keys;
 pub mod minion;
 pub mod pool;
+pub mod states;
 pub mod stats;
 pub mod swarm;
 pub mod zmtp;

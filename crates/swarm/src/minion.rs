@@ -11,14 +11,15 @@
 use crate::exec::{self, JobReturn, Plan};
 use crate::keys::MinionKey;
 use crate::pool::{ReqPool, CONNECT_TIMEOUT};
+use crate::states::{self, Request};
 use crate::stats::{emit, inc, Stats};
 use crate::zmtp::{Conn, SocketType};
 use crate::Error;
 use halite_proto::crypticle::Crypticle;
 use halite_proto::minion::{
-    aes_request, auth_request, new_nonce, new_token, open_auth_reply, open_reply, AuthError,
-    AuthOutcome, Creds, PublishError, PublishFrame, PublishKey, ReplyError, Requester, SignIn,
-    SignInState,
+    aes_request, auth_request, new_nonce, new_token, open_auth_reply, open_pillar_reply,
+    open_reply, AuthError, AuthOutcome, Creds, PrivateReplyKeys, PublishError, PublishFrame,
+    PublishKey, ReplyError, Requester, SignIn, SignInState,
 };
 use halite_proto::rsa::{EncAlgo, PublicKey, SigAlgo};
 use halite_proto::value::{self, map, s};
@@ -63,6 +64,8 @@ pub struct Shared {
     pub master_host: String,
     /// Timing settings.
     pub timing: Timing,
+    /// Answer `state.apply` with a stock minion's requests ([`crate::states`]).
+    pub simulate_states: bool,
     /// The request connections.
     pub pool: ReqPool,
     /// Counters.
@@ -124,6 +127,42 @@ async fn send_aes(
         ReplyError::Reauth(why) => Error::Reauth(why),
         ReplyError::Invalid(e) => Error::Proto(e),
     })
+}
+
+/// Sends a `_pillar` request and opens its master-signed private reply.
+async fn send_pillar(
+    shared: &Shared,
+    key: &MinionKey,
+    session: &Crypticle,
+    master_pub: &str,
+    load: Value,
+) -> Result<(), Error> {
+    let nonce = new_nonce();
+    let who = Requester {
+        id: &key.id,
+        tok: &key.tok,
+        enc_algo: ENC,
+        sig_algo: SIG,
+    };
+    let body = aes_request(session, &who, load, &nonce, unix_now() as i64)?;
+    let reply = shared
+        .pool
+        .request(value::encode(&body), shared.timing.request_timeout)
+        .await?;
+    let reply = value::decode(&reply)?;
+    let master = PublicKey::from_pem(master_pub.as_bytes())?;
+    let keys = PrivateReplyKeys {
+        key: &key.key,
+        master: &master,
+        enc_algo: ENC,
+        sig_algo: SIG,
+    };
+    open_pillar_reply(&reply, &keys, &nonce)
+        .map(drop)
+        .map_err(|e| match e {
+            ReplyError::Reauth(why) => Error::Reauth(why),
+            ReplyError::Invalid(e) => Error::Proto(e),
+        })
 }
 
 /// Runs minion `index` until its key is refused or the swarm stops.
@@ -329,7 +368,7 @@ async fn tick(t: &mut Option<Interval>) -> tokio::time::Instant {
 
 impl Minion {
     async fn serve(&mut self, mut sub_rx: mpsc::Receiver<Vec<u8>>) {
-        let (done_tx, mut done_rx) = mpsc::channel::<Value>(16);
+        let (done_tx, mut done_rx) = mpsc::channel::<(Value, JobReturn)>(16);
         let mut ticker = self.ticker();
         loop {
             tokio::select! {
@@ -337,11 +376,10 @@ impl Minion {
                     Some(f) => self.on_publish(&f, &done_tx).await,
                     None => return,
                 },
-                Some(job) = done_rx.recv() => {
+                Some((job, ret)) = done_rx.recv() => {
                     if let Some(jid) = value::get_str(&job, "jid") {
                         self.running.remove(jid);
                     }
-                    let ret = JobReturn { ret: Value::Boolean(true), retcode: 0, success: true, out: None };
                     self.send_return(&job, &ret).await;
                 }
                 at = tick(&mut ticker) => self.fire_event(at),
@@ -416,7 +454,7 @@ impl Minion {
         }
     }
 
-    async fn on_publish(&mut self, bytes: &[u8], done: &mpsc::Sender<Value>) {
+    async fn on_publish(&mut self, bytes: &[u8], done: &mpsc::Sender<(Value, JobReturn)>) {
         inc(&self.shared.stats.publishes);
         let frame = match PublishFrame::parse(bytes) {
             Ok(f) => f,
@@ -466,7 +504,7 @@ impl Minion {
         let arg = value::get(&job, "arg")
             .cloned()
             .unwrap_or(Value::Array(Vec::new()));
-        match exec::plan(fun, &arg) {
+        match exec::plan(fun, &arg, self.shared.simulate_states) {
             Plan::Now(ret) => self.send_return(&job, &ret).await,
             Plan::Sleep(d) => {
                 if let Some(jid) = value::get_str(&job, "jid") {
@@ -475,7 +513,42 @@ impl Minion {
                 let done = done.clone();
                 tokio::spawn(async move {
                     tokio::time::sleep(d).await;
-                    let _ = done.send(job).await;
+                    let ret = JobReturn {
+                        ret: Value::Boolean(true),
+                        retcode: 0,
+                        success: true,
+                        out: None,
+                    };
+                    let _ = done.send((job, ret)).await;
+                });
+            }
+            Plan::StateApply => {
+                if let Some(jid) = value::get_str(&job, "jid") {
+                    self.running.insert(jid.to_owned(), job.clone());
+                }
+                let (shared, key, session) =
+                    (self.shared.clone(), self.key.clone(), self.session.clone());
+                let (grains, master_pub, done) =
+                    (self.grains.clone(), self.master_pub.clone(), done.clone());
+                tokio::spawn(async move {
+                    for req in states::requests(&key.id, &grains) {
+                        let sent = match req {
+                            Request::Aes(load) => {
+                                send_aes(&shared, &key, &session, load).await.map(drop)
+                            }
+                            Request::Pillar(load) => {
+                                send_pillar(&shared, &key, &session, &master_pub, load).await
+                            }
+                        };
+                        match sent {
+                            Ok(()) => inc(&shared.stats.state_requests),
+                            Err(e) => {
+                                tracing::debug!("Minion {}: state request failed: {e}", key.id);
+                                inc(&shared.stats.state_request_failures);
+                            }
+                        }
+                    }
+                    let _ = done.send((job, states::highstate_return())).await;
                 });
             }
             Plan::FindJob(jid) => {

@@ -40,6 +40,10 @@ pub struct Stats {
     pub event_failures: AtomicU64,
     /// Subscriptions lost and re-established.
     pub resubscribes: AtomicU64,
+    /// Requests of simulated `state.apply` runs the master answered.
+    pub state_requests: AtomicU64,
+    /// Requests of simulated `state.apply` runs that failed.
+    pub state_request_failures: AtomicU64,
 }
 
 /// Increments a counter.
@@ -66,6 +70,8 @@ impl Stats {
             "events": g(&self.events),
             "event_failures": g(&self.event_failures),
             "resubscribes": g(&self.resubscribes),
+            "state_requests": g(&self.state_requests),
+            "state_request_failures": g(&self.state_request_failures),
         })
     }
 }
@@ -95,6 +101,6 @@ mod tests {
         let snap = s.snapshot();
         assert_eq!(snap["returns"], 2);
         assert_eq!(snap["authenticated"], 0);
-        assert_eq!(snap.as_object().unwrap().len(), 14);
+        assert_eq!(snap.as_object().unwrap().len(), 16);
     }
 }

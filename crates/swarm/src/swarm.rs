@@ -40,6 +40,8 @@ pub struct SwarmOptions {
     pub event_rate: f64,
     /// Timeouts and retries.
     pub timing: Timing,
+    /// Answer `state.apply` with a stock minion's requests (`--simulate-states`).
+    pub simulate_states: bool,
 }
 
 /// Splits `host:port`, `[v6]:port` or a bare host (port 4506).
@@ -111,6 +113,7 @@ pub async fn run(opts: SwarmOptions, keys: Vec<MinionKey>) -> Result<serde_json:
     let shared = Arc::new(Shared {
         master_host: opts.master_host.clone(),
         timing: opts.timing.clone(),
+        simulate_states: opts.simulate_states,
         pool,
         stats: Stats::default(),
         auth_permits: Semaphore::new(opts.auth_concurrency.max(1)),

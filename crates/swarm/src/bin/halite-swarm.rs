@@ -34,6 +34,10 @@ struct Cli {
     /// Events per second fired by each minion (0: none; `events RATE` on stdin changes it).
     #[arg(long, default_value_t = 0.0)]
     event_rate: f64,
+    /// Answer `state.apply`/`state.highstate` the way a stock minion's warm run loads the
+    /// master: its fileserver and pillar requests, then a highstate return (bench/states.sh).
+    #[arg(long)]
+    simulate_states: bool,
     /// Where minion keys are cached (`<id>.pem`, `<id>.tok`) [default: ~/.cache/halite-swarm/keys].
     #[arg(long)]
     keys_dir: Option<PathBuf>,
@@ -136,6 +140,7 @@ fn run(cli: Cli) -> Result<(), String> {
         connections: cli.connections,
         event_rate: cli.event_rate,
         timing,
+        simulate_states: cli.simulate_states,
     };
     let result = rt.block_on(swarm::run(opts, keys));
     // The stdin reader may sit in a blocking read: do not wait for it.
