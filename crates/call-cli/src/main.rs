@@ -53,6 +53,9 @@ struct Cli {
     grains: bool,
     #[command(flatten)]
     output: OutputArgs,
+    /// Report only the states that changed something or failed (`state_output_diff`).
+    #[arg(long = "output-diff")]
+    output_diff: bool,
     /// Exit with the function's retcode instead of 0/1.
     #[arg(long = "retcode-passthrough")]
     retcode_passthrough: bool,
@@ -71,10 +74,16 @@ struct Printer {
 }
 
 impl Printer {
-    fn new(cli: &Cli) -> Printer {
+    /// The minion config's output options (`state_output`, `state_verbose`, `color`,
+    /// ...) under the command line's, as `salt-call` builds its `opts`.
+    fn new(cli: &Cli, cfg: &MinionConfig) -> Printer {
+        let mut opts = cli.output.options_from_config(|name| cfg.get(name));
+        if cli.output_diff {
+            opts.highstate.state_output_diff = true;
+        }
         Printer {
             output: cli.output.clone(),
-            opts: cli.output.options(),
+            opts,
         }
     }
 
@@ -189,7 +198,7 @@ fn main() -> ExitCode {
     if cli.local {
         value::set(&mut cfg.raw, "local", Value::Boolean(true));
     }
-    let printer = Printer::new(&cli);
+    let printer = Printer::new(&cli, &cfg);
     let grains = halite_exec::core_grains(&cfg);
     if cli.grains {
         printer.print(grains, Some("nested"), 0, "grains.items");

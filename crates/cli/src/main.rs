@@ -139,6 +139,9 @@ struct Cli {
     /// Print a summary of the returns after them.
     #[arg(long = "summary")]
     summary: bool,
+    /// Report only the states that changed something or failed (`state_output_diff`).
+    #[arg(long = "output-diff")]
+    output_diff: bool,
     /// Show a progress bar of returns on stderr, then the summary.
     #[arg(short = 'p', long = "progress")]
     progress: bool,
@@ -342,11 +345,19 @@ struct Printer {
 }
 
 impl Printer {
-    fn new(cli: &Cli, fun: &Value) -> Self {
+    /// The master config's output options (`state_output`, `state_verbose`, `color`,
+    /// ...) under the command line's, with `filter` mode's `exclude=`/`terse=` from the
+    /// job's keyword arguments, as `salt` builds its `opts`.
+    fn new(cli: &Cli, cfg: &MasterConfig, job: &PublishRequest) -> Self {
+        let mut opts = cli.output.options_from_config(|name| cfg.get(name));
+        opts.highstate = opts.highstate.with_job_args(&job.arg);
+        if cli.output_diff {
+            opts.highstate.state_output_diff = true;
+        }
         Self {
             cli_out: cli.output.out.clone(),
-            opts: cli.output.options(),
-            fun: value::str_of(fun).unwrap_or("").to_owned(),
+            opts,
+            fun: value::str_of(&job.fun).unwrap_or("").to_owned(),
             quiet: cli.output.quiet(),
         }
     }
@@ -395,7 +406,7 @@ fn exit_status(retcode: i64) -> u8 {
 
 async fn run(cli: &Cli, cfg: &MasterConfig, job: PublishRequest) -> u8 {
     let mut client = LocalClient::new(cfg);
-    let printer = Printer::new(cli, &job.fun);
+    let printer = Printer::new(cli, cfg, &job);
     let batch = match &cli.batch {
         Some(spec) => match BatchSize::parse(spec) {
             Some(size) => Some(size),

@@ -34,10 +34,18 @@ pub const HALITE_MASTER_OPTIONS: &[&str] = &[
     // Request size limits: all requests, clear (unauthenticated) ones (issue 16).
     "max_clear_request_size",
     "max_request_size",
+    // halite-pillar (issue 18): Salt's Python, the worker pool's size and timeout.
+    "halite_salt_python",
+    "halite_pillar_workers",
+    "halite_pillar_timeout",
 ];
 
 /// Halite's own minion options (not in Salt).
 pub const HALITE_MINION_OPTIONS: &[&str] = &[
+    // halite-fallback (issue 18): functions Halite lacks run in Salt's own loader.
+    "fallback",
+    "fallback_idle_timeout",
+    "fallback_python",
     // Events queued for a master while it is away.
     "fire_master_queue_size",
     // halite-minion (issue 16): stale publishes are dropped; the shutdown wait for jobs.

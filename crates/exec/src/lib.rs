@@ -29,7 +29,9 @@
 //!   socket; they and `publish.*` reach the master only through the [`MasterChannel`]
 //!   the caller lends ([`Context::master`]).
 //! * Only the functions listed by [`Registry::names`]; modules Salt loads that Halite
-//!   lacks (`state`, `pkg`, `file`, ...) are missing functions.
+//!   lacks (`state`, `pkg`, `file`, ...) are missing functions, unless the caller attaches
+//!   a [`Fallback`] ([`Registry::with_fallback`]; the minion's runs them in Salt's own
+//!   loader). The registry only asks it; it starts no process itself.
 //! * No Jinja templating (`cmd.run template=jinja` is refused), no `use_vt`, no
 //!   Windows.
 //!
@@ -83,7 +85,7 @@ use std::sync::Arc;
 pub use error::ExecError;
 pub use grains::core_grains;
 pub use job::{JobHandle, JobTable, NoJobs};
-pub use registry::Registry;
+pub use registry::{Fallback, Registry};
 pub use rmpv::Value;
 
 /// The Salt version Halite reports (`test.version`, the `saltversion` grain).
@@ -159,6 +161,19 @@ pub trait MasterChannel: Send + Sync {
         self.request(load).map_err(|message| ExecError::Exception {
             kind: "salt.exceptions.SaltClientError",
             message,
+        })
+    }
+
+    /// Sends a `_pillar` request and returns the pillar the master signed for this minion
+    /// (Salt's `crypted_transfer_decode_dictentry(load, dictkey="pillar")`).
+    ///
+    /// Fails with the exception Salt's channel raises. The default cannot fetch a pillar
+    /// and fails with a `SaltClientError` saying so.
+    fn pillar(&self, load: Value) -> Result<Value, ExecError> {
+        let _ = load;
+        Err(ExecError::Exception {
+            kind: "salt.exceptions.SaltClientError",
+            message: "this channel to the master cannot fetch the pillar".to_owned(),
         })
     }
 

@@ -1,7 +1,9 @@
 //! The function table and the job envelope: `Minion._thread_return` /
-//! `_thread_multi_return` / `_execute_job_function` of Salt 3008.3.
+//! `_thread_multi_return` / `_execute_job_function` of Salt 3008.3, and the hook for
+//! functions it lacks ([`Fallback`]).
 
 use std::cell::Cell;
+use std::sync::Arc;
 
 use halite_pycall::Table;
 use rmpv::Value;
@@ -89,10 +91,34 @@ struct Entry {
     outputter: Option<&'static str>,
 }
 
+/// Where functions the native registry lacks run: the minion's fallback executor
+/// (`halite-fallback`: Salt's own loader on the host's installed Salt, in a worker
+/// process). The registry consults it only for names it does not know itself, so native
+/// functions always win; it never manages processes itself.
+pub trait Fallback: Send + Sync {
+    /// Runs `fun` for the job of `ctx` with the publish `arg` list, and returns what
+    /// Salt's `_thread_return` builds: the function's return, retcode, success and
+    /// outputter; Salt's missing-function text when Salt lacks `fun` too; a one-line
+    /// "not available" text saying why when there is no Salt to run it in. Never panics.
+    fn run(&self, ctx: &Context, fun: &str, arg: &Value) -> JobReturn;
+
+    /// Every function it offers, sorted (empty when it has no Salt to ask).
+    fn functions(&self) -> Vec<String>;
+}
+
 /// The execution modules a minion offers, by `module.function` name.
-#[derive(Debug)]
 pub struct Registry {
     functions: Table<Entry>,
+    fallback: Option<Arc<dyn Fallback>>,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Registry")
+            .field("functions", &self.functions)
+            .field("fallback", &self.fallback.is_some())
+            .finish()
+    }
 }
 
 /// What one function call produced, before it is put in a [`JobReturn`].
@@ -105,6 +131,8 @@ enum Outcome {
     },
     /// The function is missing; `ret` is the missing-function text (or docs).
     Missing(Value),
+    /// The function is not native and the [`Fallback`] ran it.
+    Elsewhere(JobReturn),
     /// The call failed.
     Failed(ExecError),
 }
@@ -129,15 +157,32 @@ impl Registry {
                 None => tracing::error!("No signature for {}; it is not offered", name),
             }
         }
-        Registry { functions }
+        Registry {
+            functions,
+            fallback: None,
+        }
     }
 
-    /// Whether `fun` (`module.function`) is offered.
+    /// This registry with `fallback` running the functions it lacks.
+    pub fn with_fallback(mut self, fallback: Arc<dyn Fallback>) -> Registry {
+        self.fallback = Some(fallback);
+        self
+    }
+
+    /// The functions the [`Fallback`] offers (none without one), sorted.
+    pub(crate) fn fallback_names(&self) -> Vec<String> {
+        self.fallback
+            .as_ref()
+            .map(|f| f.functions())
+            .unwrap_or_default()
+    }
+
+    /// Whether `fun` (`module.function`) is offered natively.
     pub fn has(&self, fun: &str) -> bool {
         self.functions.contains(fun)
     }
 
-    /// Every function name, sorted.
+    /// Every native function name, sorted.
     pub fn names(&self) -> Vec<String> {
         self.functions.names()
     }
@@ -183,6 +228,7 @@ impl Registry {
                 multi: None,
             },
             Outcome::Missing(ret) => failed_return(ret),
+            Outcome::Elsewhere(ret) => ret,
             Outcome::Failed(err) => failed_return(Value::from(self.error_text(name, &err))),
         }
     }
@@ -204,10 +250,14 @@ impl Registry {
         }
     }
 
-    /// `_thread_return` up to the retcode: look the function up, bind, run.
+    /// `_thread_return` up to the retcode: look the function up, bind, run; a function
+    /// that is not native goes to the [`Fallback`] when there is one.
     fn run_one(&self, ctx: &Context, name: &str, arg: &Value) -> Outcome {
         let Some(entry) = self.functions.get(name) else {
-            return Outcome::Missing(self.missing(name));
+            return match &self.fallback {
+                Some(fallback) => Outcome::Elsewhere(fallback.run(ctx, name, arg)),
+                None => Outcome::Missing(self.missing(name)),
+            };
         };
         let retcode = Cell::new(0);
         let result = self.invoke(ctx, name, entry, arg, &retcode);
@@ -269,7 +319,10 @@ impl Registry {
         }
     }
 
-    /// `_thread_multi_return`: every function in turn; errors become tracebacks.
+    /// `_thread_multi_return`: every function in turn; errors become tracebacks. A
+    /// function that is not native runs on the [`Fallback`], and its return and retcode
+    /// are taken as they come (an exception there is its text with retcode 1, where Salt
+    /// puts a traceback and no retcode).
     fn execute_multi(&self, ctx: &Context, funs: &[Value], arg: &Value) -> JobReturn {
         let ordered = ctx.opts.get("multifunc_ordered").is_some_and(truthy);
         let mut rets = Vec::with_capacity(funs.len());
@@ -285,9 +338,15 @@ impl Registry {
                     "IndexError",
                     "list index out of range",
                 )),
-                (Some(_), None) => Err(ExecError::TypeError(
-                    "'str' object is not callable".to_owned(),
-                )),
+                (Some(fun_args), None) => match &self.fallback {
+                    Some(fallback) => {
+                        let done = fallback.run(ctx, &name, &fun_args);
+                        Ok((done.retcode, done.ret))
+                    }
+                    None => Err(ExecError::TypeError(
+                        "'str' object is not callable".to_owned(),
+                    )),
+                },
                 (Some(fun_args), Some(entry)) => {
                     let retcode = Cell::new(0);
                     self.invoke(ctx, &name, entry, &fun_args, &retcode)
@@ -412,4 +471,128 @@ fn check_blackout(ctx: &Context, name: &str) -> Result<(), ExecError> {
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{JobHandle, NoJobs};
+    use std::sync::Mutex;
+
+    /// A fallback that records its calls and answers `retcode` 2 with the `highstate`
+    /// outputter (what `state.apply` with a failed state gives).
+    #[derive(Default)]
+    struct Recording {
+        calls: Mutex<Vec<(String, Value)>>,
+    }
+
+    impl Fallback for Recording {
+        fn run(&self, _: &Context, fun: &str, arg: &Value) -> JobReturn {
+            self.calls
+                .lock()
+                .unwrap()
+                .push((fun.to_owned(), arg.clone()));
+            JobReturn {
+                ret: Value::from(format!("{fun} from the fallback")),
+                retcode: 2,
+                success: false,
+                out: Some("highstate".to_owned()),
+                multi: None,
+            }
+        }
+
+        fn functions(&self) -> Vec<String> {
+            vec!["state.apply".to_owned()]
+        }
+    }
+
+    fn context(dir: &std::path::Path) -> Context {
+        let opts = halite_config::MinionConfig::from_yaml_str(
+            &format!("id: t\nroot_dir: {}\n", dir.display()),
+            &dir.join("minion"),
+        )
+        .expect("config");
+        Context {
+            id: "t".to_owned(),
+            opts: Arc::new(opts),
+            grains: Arc::new(Value::Map(Vec::new())),
+            pillar: Arc::new(Value::Map(Vec::new())),
+            jid: Some("20260101000000000001".to_owned()),
+            pub_data: None,
+            jobs: Arc::new(NoJobs),
+            job: JobHandle::new(),
+            master: None,
+        }
+    }
+
+    #[test]
+    fn a_function_the_registry_lacks_runs_on_the_fallback_and_its_return_is_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = context(dir.path());
+        let fallback = Arc::new(Recording::default());
+        let registry = Registry::builtin().with_fallback(fallback.clone());
+        let arg = Value::Array(vec![Value::from("web"), Value::from("test=True")]);
+        let ret = registry.execute(&ctx, &Value::from("state.apply"), &arg);
+        assert_eq!(
+            ret,
+            JobReturn {
+                ret: Value::from("state.apply from the fallback"),
+                retcode: 2,
+                success: false,
+                out: Some("highstate".to_owned()),
+                multi: None,
+            }
+        );
+        // A native function never reaches it.
+        let ping = registry.execute(&ctx, &Value::from("test.ping"), &Value::Array(vec![]));
+        assert_eq!(ping.ret, Value::Boolean(true));
+        assert_eq!(
+            *fallback.calls.lock().unwrap(),
+            [("state.apply".to_owned(), arg)]
+        );
+    }
+
+    #[test]
+    fn a_multi_function_job_runs_the_functions_it_lacks_on_the_fallback() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = context(dir.path());
+        let fallback = Arc::new(Recording::default());
+        let registry = Registry::builtin().with_fallback(fallback.clone());
+        let funs = Value::Array(vec![Value::from("test.ping"), Value::from("pkg.version")]);
+        let args = Value::Array(vec![
+            Value::Array(vec![]),
+            Value::Array(vec![Value::from("bash")]),
+        ]);
+        let ret = registry.execute(&ctx, &funs, &args);
+        assert_eq!(
+            ret.ret,
+            Value::Map(vec![
+                (Value::from("test.ping"), Value::Boolean(true)),
+                (
+                    Value::from("pkg.version"),
+                    Value::from("pkg.version from the fallback")
+                ),
+            ])
+        );
+        assert_eq!(ret.retcode, 2);
+        assert_eq!(
+            ret.multi.map(|m| m.retcode),
+            Some(Value::Map(vec![
+                (Value::from("test.ping"), Value::from(0)),
+                (Value::from("pkg.version"), Value::from(2)),
+            ]))
+        );
+        assert_eq!(fallback.calls.lock().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_cancelled_fallback_job_reports_the_signal() {
+        let dir = tempfile::tempdir().unwrap();
+        let ctx = context(dir.path());
+        ctx.job.cancel(9);
+        let registry = Registry::builtin().with_fallback(Arc::new(Recording::default()));
+        let ret = registry.execute(&ctx, &Value::from("state.apply"), &Value::Array(vec![]));
+        assert_eq!(ret.ret, Value::from("The job was cancelled by signal 9"));
+        assert_eq!(ret.retcode, 1);
+    }
 }

@@ -121,6 +121,14 @@ impl ReplyTo {
             tracing::warn!("A held reply could not be sent: {e}");
         }
     }
+
+    /// Sends `body`, already a complete reply (as [`AesReply::Private`]: the pillar
+    /// envelope), from any thread.
+    pub fn send_private(self, body: &Value) {
+        if let Err(e) = self.transport.reply(self.peer, value::encode(body)) {
+            tracing::warn!("A held reply could not be sent: {e}");
+        }
+    }
 }
 
 /// What an encrypted-command handler sees.

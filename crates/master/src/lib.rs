@@ -152,6 +152,8 @@ pub struct Master {
     keep_acl_in_token: bool,
     /// The `roots` file server (`halite-fileserver`).
     fileserver: halite_fileserver::Roots,
+    /// `_pillar`, compiled by Salt's Python when pillar is configured (`halite-pillar`).
+    pillar: halite_pillar::Pillars,
     /// Panics survived (see [`boundary`]).
     stats: Arc<Stats>,
     /// What the workers count (see [`metrics`]).
@@ -209,6 +211,8 @@ impl Master {
         for w in fileserver.warnings() {
             tracing::warn!("{w}");
         }
+        let pillar =
+            halite_pillar::Pillars::from_master(&cfg).map_err(|e| Error::Config(e.to_string()))?;
         let token_expire = cfg
             .get("token_expire")
             .and_then(|v| match v {
@@ -250,6 +254,7 @@ impl Master {
             token_expire,
             keep_acl_in_token,
             fileserver,
+            pillar,
             stats,
             metrics: halite_metrics::MasterMetrics::new(dispatch::command_names()),
             cfg,

@@ -1,7 +1,9 @@
 //! A stock salt-minion 3008.3 runs states from a Halite master's `roots` file server
-//! (issue 18, item 1): top file, `file.directory`, a `file.managed` rendered by the minion
-//! from a `salt://` Jinja template using grains, a `cmd.run` with `onchanges`; files larger
-//! than `file_buffer_size`; listings; and requests that try to leave the roots.
+//! (issue 18, item 1) and pillar (item 2): top file, `file.directory`, a `file.managed`
+//! rendered by the minion from a `salt://` Jinja template using a pillar value (compiled
+//! on the master by Salt's Python, `halite-pillar`) and grains, a `cmd.run` with
+//! `onchanges`; files larger than `file_buffer_size`; listings; and requests that try to
+//! leave the roots.
 
 mod common;
 
@@ -15,8 +17,13 @@ use std::time::{Duration, Instant};
 const BIG_LEN: usize = (5 << 20) / 2 + 77;
 
 /// Writes the state tree into `srv` (`srv/salt` is `base`, `srv/envs/__env__` serves any
-/// other saltenv, `srv/secret` is outside every root); the states write below `out`.
+/// other saltenv, `srv/secret` is outside every root, `srv/pillar` is the pillar root);
+/// the states write below `out`.
 fn write_tree(srv: &Path, out: &Path) {
+    let pillar = srv.join("pillar");
+    std::fs::create_dir_all(&pillar).unwrap();
+    std::fs::write(pillar.join("top.sls"), "base:\n  '*':\n    - web\n").unwrap();
+    std::fs::write(pillar.join("web.sls"), "web:\n  owner: ops-team\n").unwrap();
     let salt = srv.join("salt");
     std::fs::create_dir_all(salt.join("web/files")).unwrap();
     std::fs::create_dir_all(salt.join("web/empty")).unwrap();
@@ -37,7 +44,8 @@ fn write_tree(srv: &Path, out: &Path) {
     .unwrap();
     std::fs::write(
         salt.join("web/files/motd.j2"),
-        "Welcome to {{ grains['id'] }} running {{ grains['kernel'] }}\n",
+        "Welcome to {{ grains['id'] }} running {{ grains['kernel'] }}, \
+         kept by {{ pillar['web']['owner'] }}\n",
     )
     .unwrap();
     std::fs::write(salt.join("web/files/big.bin"), big_content()).unwrap();
@@ -58,12 +66,16 @@ fn big_content() -> Vec<u8> {
         .collect()
 }
 
-/// The master config lines for the tree under `srv`.
+/// The master config lines for the tree under `srv`, with Salt's Python for pillar
+/// (`halite_salt_python`, which a stock master ignores).
 fn roots_yaml(srv: &Path) -> String {
     format!(
-        "auto_accept: true\nfile_roots:\n  base: [{}]\n  __env__: [{}]\n",
+        "auto_accept: true\nfile_roots:\n  base: [{}]\n  __env__: [{}]\n\
+         pillar_roots:\n  base: [{}]\nhalite_salt_python: {}\n",
         srv.join("salt").display(),
-        srv.join("envs/__env__").display()
+        srv.join("envs/__env__").display(),
+        srv.join("pillar").display(),
+        salt_venv().join("bin/python3").display()
     )
 }
 
@@ -123,8 +135,8 @@ fn apply_and_check_first_then_second_run(root: &TempRoot, stock_cli: bool, out: 
     }
     assert_eq!(
         std::fs::read_to_string(out.join("site/motd")).unwrap(),
-        "Welcome to m1 running Linux\n",
-        "the template rendered with the minion's grains"
+        "Welcome to m1 running Linux, kept by ops-team\n",
+        "the template rendered with the minion's grains and pillar"
     );
     assert_eq!(
         std::fs::read_to_string(out.join("reloads")).unwrap(),

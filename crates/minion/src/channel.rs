@@ -315,6 +315,18 @@ impl halite_exec::MasterChannel for Channel {
             .map_err(exec_error)
     }
 
+    /// [`Channel::pillar`] with `request_channel_timeout` and `request_channel_tries`.
+    fn pillar(&self, load: Value) -> Result<Value, halite_exec::ExecError> {
+        let settings = self.auth.settings();
+        Channel::pillar(
+            self,
+            &load,
+            settings.request_timeout,
+            settings.request_tries,
+        )
+        .map_err(exec_error)
+    }
+
     fn master_uri(&self) -> Option<String> {
         Some(self.auth.master_uri().to_owned())
     }

@@ -12,7 +12,9 @@
 //!   queue), or one at a time over the list (failover, with `master_failback`), or none
 //!   (`disable`); `func` takes the address from a function;
 //! - each targeted job runs on its own thread ([`jobs`]) and sends its `_return` over the
-//!   encrypted request channel ([`channel`]) of the master that published it; a job that
+//!   encrypted request channel ([`channel`]) of the master that published it; a function
+//!   Halite lacks runs in Salt's own loader on the host's Salt (`halite-fallback`, started
+//!   on first use, gone when idle; its master requests go through that channel); a job that
 //!   panics returns Salt's exception text and the minion goes on; a publish that is stale
 //!   (it waited on the minion longer than `publish_max_age`, or it is from before the
 //!   minion's last sign-in) is logged and dropped ([`daemon`]);
@@ -262,6 +264,7 @@ pub async fn run(
     ready: impl FnOnce(),
 ) -> Result<Outcome, Error> {
     let settings = Arc::new(settings::Settings::from_config(&cfg)?);
+    let fallback = halite_fallback::Options::from_config(&cfg)?;
     prepare_dirs(&cfg)?;
     cache_generated_id(&cfg);
     let (pki_dir, keysize) = (cfg.pki_dir.clone(), cfg.keysize);
@@ -286,7 +289,12 @@ pub async fn run(
     let bus_server = halite_bus::BusServer::bind(&sockets, max_event_size).await?;
     let bus = bus_server.handle();
     let bus_stop = CancellationToken::new();
-    let registry = Arc::new(halite_exec::Registry::builtin());
+    let registry = Arc::new(if fallback.enabled {
+        halite_exec::Registry::builtin()
+            .with_fallback(Arc::new(halite_fallback::Executor::new(fallback)))
+    } else {
+        halite_exec::Registry::builtin()
+    });
     let plan = {
         let masters = if cfg.master_type == MasterType::Func {
             let (cfg, grains, registry) = (cfg.clone(), grains.clone(), registry.clone());

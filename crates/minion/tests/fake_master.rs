@@ -37,7 +37,9 @@ fn jid_of(ret: &Value) -> &str {
 #[test]
 fn bad_publishes_are_logged_and_dropped_and_the_minion_keeps_serving() {
     let root = TempRoot::new();
-    let (mut master, _minion) = start(&root, "f1", "sign_pub_messages: true\n", 0);
+    // `fallback: false`: an unknown function gets Salt's plain text, not the fallback
+    // executor's (which says why it has no Salt to run it in).
+    let (mut master, _minion) = start(&root, "f1", "sign_pub_messages: true\nfallback: false\n", 0);
     let log = root.minion_log("f1");
 
     master.publish(&FakeMaster::job("1", "test.ping", vec![]));

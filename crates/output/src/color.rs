@@ -8,6 +8,7 @@ pub(crate) struct Colors {
     pub(crate) light_yellow: &'static str,
     pub(crate) cyan: &'static str,
     pub(crate) red: &'static str,
+    pub(crate) light_red: &'static str,
     pub(crate) endc: &'static str,
 }
 
@@ -16,6 +17,7 @@ const ON: Colors = Colors {
     light_yellow: "\x1b[0;1;33m",
     cyan: "\x1b[0;36m",
     red: "\x1b[0;31m",
+    light_red: "\x1b[0;1;31m",
     endc: "\x1b[0;0m",
 };
 
@@ -24,6 +26,7 @@ const OFF: Colors = Colors {
     light_yellow: "",
     cyan: "",
     red: "",
+    light_red: "",
     endc: "",
 };
 

@@ -6,16 +6,17 @@
 //! bytes Salt writes to stdout, trailing newline included. The CLI calls it once per
 //! minion with `{minion_id: return}`, as Salt does.
 //!
-//! Implemented outputters: `nested` (the default), `json`, `yaml`, `txt` (alias `text`),
-//! `raw`, `pprint` and `no_return`, with Salt's colors for `nested`/`no_return`, the
+//! Implemented outputters: `nested` (the default), `highstate` (state runs, with every
+//! `state_*` option: [`HighstateOptions`]), `json`, `yaml`, `txt` (alias `text`), `raw`,
+//! `pprint` and `no_return`, with Salt's colors for `nested`/`highstate`/`no_return`, the
 //! `--out-indent`/`output_indent` handling of `json`, `yaml` and `pprint`, and Salt's
 //! fallback to `nested` when an outputter raises `TypeError` (e.g. `yaml` with
 //! `output_indent: pretty`).
 //!
 //! This crate does not write files or log: the caller logs [`Error::UnknownOutputter`]
 //! before falling back to nested, and decides `color`; [`OutputArgs`], the output flags
-//! the CLIs share, applies Salt's rule (`--force-color`, `--no-color`, else "stdout is a
-//! tty"). The `highstate`,
+//! the CLIs share, applies Salt's rule (`--force-color`, `--no-color`, else the config's
+//! `color`, else "stdout is a tty") and carries `--state-output`/`--state-verbose`. The
 //! `table`, `key` and `progress` outputters and color themes are not implemented.
 //! `quiet` is not a Salt 3008.3 outputter either: Salt logs the invalid-outputter error
 //! for it and prints nested, and so does [`Outputter::from_name`].
@@ -23,7 +24,11 @@
 //! Deviations from Salt, each where Python cannot be followed safely or at all: a map
 //! key that is a list or map (Salt drops the whole message as "unhashable") renders as
 //! its repr string; dict keys that are NaN sort as equal to everything; json and
-//! pprint indents are capped at [`MAX_INDENT`].
+//! pprint indents are capped at [`MAX_INDENT`]; where stock's highstate outputter raises
+//! an exception `display_output` does not catch (a state key without four `_|-` parts, a
+//! malformed format string in a warning: `salt` dies with a traceback), Halite prints
+//! the return with nested, and the `str.format` templates it fills refuse widths and
+//! precisions above 10,000 (the `highstate` and `pyfmt` modules list the details).
 //!
 //! The Python `repr()`/`str()` of a value that the outputters build on is exported too
 //! ([`py_repr`], [`py_str`], [`str_repr`], with [`py_type_name`]), for the crates that
@@ -38,11 +43,14 @@
 
 mod cli;
 mod color;
+mod highstate;
 mod json;
 mod nested;
 mod pprint;
 mod py;
+mod pyfmt;
 mod text;
+mod textwrap;
 mod unicode_tables;
 mod yaml;
 
@@ -50,6 +58,7 @@ use std::fmt;
 use std::str::FromStr;
 
 pub use cli::OutputArgs;
+pub use highstate::{HighstateOptions, StateFilter, StateTabular};
 use py::Py;
 pub use py::{py_repr, py_str, py_type_name, str_repr};
 
@@ -60,8 +69,8 @@ pub enum Error {
     /// renders with `nested`.
     #[error("Invalid outputter {0} specified, fall back to nested")]
     UnknownOutputter(String),
-    /// A stock Salt outputter (`highstate`, `table`, `key`, `progress`) that Halite
-    /// does not implement.
+    /// A stock Salt outputter (`table`, `key`, `progress`) that Halite does not
+    /// implement.
     #[error("the {0} outputter is not implemented")]
     NotImplemented(String),
 }
@@ -71,6 +80,8 @@ pub enum Error {
 pub enum Outputter {
     /// `nested`: indented key/value tree, the default.
     Nested,
+    /// `highstate`: the state run report.
+    Highstate,
     /// `json`: one JSON document per call.
     Json,
     /// `yaml`: PyYAML block style.
@@ -92,15 +103,14 @@ impl Outputter {
     pub fn from_name(name: &str) -> Result<Outputter, Error> {
         Ok(match name {
             "nested" | "grains" => Outputter::Nested,
+            "highstate" => Outputter::Highstate,
             "json" => Outputter::Json,
             "yaml" => Outputter::Yaml,
             "txt" | "text" => Outputter::Txt,
             "raw" => Outputter::Raw,
             "pprint" => Outputter::Pprint,
             "no_return" => Outputter::NoReturn,
-            "highstate" | "table" | "key" | "progress" => {
-                return Err(Error::NotImplemented(name.to_owned()))
-            }
+            "table" | "key" | "progress" => return Err(Error::NotImplemented(name.to_owned())),
             other => return Err(Error::UnknownOutputter(other.to_owned())),
         })
     }
@@ -109,6 +119,7 @@ impl Outputter {
     pub fn name(self) -> &'static str {
         match self {
             Outputter::Nested => "nested",
+            Outputter::Highstate => "highstate",
             Outputter::Json => "json",
             Outputter::Yaml => "yaml",
             Outputter::Txt => "txt",
@@ -202,8 +213,11 @@ pub struct OutputOptions {
     pub retcode: i64,
     /// `nested_indent`: left margin for nested output.
     pub nested_indent: usize,
-    /// `strip_colors` (default true): nested replaces ESC in strings with `?`.
+    /// `strip_colors` (default true): nested replaces ESC in strings with `?`, highstate
+    /// in minion ids and errors.
     pub strip_colors: bool,
+    /// The `state_*` options of the highstate outputter.
+    pub highstate: HighstateOptions,
 }
 
 impl Default for OutputOptions {
@@ -214,6 +228,7 @@ impl Default for OutputOptions {
             retcode: 0,
             nested_indent: 0,
             strip_colors: true,
+            highstate: HighstateOptions::default(),
         }
     }
 }
@@ -237,6 +252,9 @@ pub fn render(out: Outputter, data: &rmpv::Value, opts: &OutputOptions) -> Strin
 fn printout(out: Outputter, data: &Py, opts: &OutputOptions) -> Option<String> {
     match out {
         Outputter::Nested => Some(nested_printout(data, opts)),
+        // It falls back to nested itself: Salt's fallback prints the data as the highstate
+        // outputter left it.
+        Outputter::Highstate => Some(highstate::highstate(data, opts)),
         Outputter::NoReturn => nested::no_return(data, color::colors(opts.color)),
         Outputter::Txt => Some(text::txt(data)),
         Outputter::Raw => Some(text::raw(data)),
@@ -291,8 +309,9 @@ mod tests {
     use rmpv::Value as V;
 
     /// Every implemented outputter.
-    const ALL: [Outputter; 7] = [
+    const ALL: [Outputter; 8] = [
         Outputter::Nested,
+        Outputter::Highstate,
         Outputter::Json,
         Outputter::Yaml,
         Outputter::Txt,
@@ -314,9 +333,10 @@ mod tests {
             Err("Invalid outputter quiet specified, fall back to nested".to_owned())
         );
         assert_eq!(
-            Outputter::from_name("highstate"),
-            Err(Error::NotImplemented("highstate".to_owned()))
+            Outputter::from_name("table"),
+            Err(Error::NotImplemented("table".to_owned()))
         );
+        assert_eq!(Outputter::from_name("highstate"), Ok(Outputter::Highstate));
         for out in ALL {
             assert_eq!(out.name().parse::<Outputter>(), Ok(out));
         }

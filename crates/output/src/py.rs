@@ -353,6 +353,74 @@ impl Py {
         }
     }
 
+    /// Python truthiness (`bool(x)`).
+    pub(crate) fn truthy(&self) -> bool {
+        match self {
+            Py::None => false,
+            Py::Bool(b) => *b,
+            Py::Int(i) => *i != 0,
+            Py::Float(f) => *f != 0.0,
+            Py::Str(s) => !s.is_empty(),
+            Py::Bytes(b) => !b.is_empty(),
+            Py::DateTime(_) => true,
+            Py::List(items) => !items.is_empty(),
+            Py::Dict(items) => !items.is_empty(),
+        }
+    }
+
+    /// Whether two dict keys are the same key (hash and `==`; NaN is never the same).
+    pub(crate) fn same_key(&self, other: &Py) -> bool {
+        self.key_id(0) == other.key_id(1)
+    }
+
+    /// Python's `a == b`.
+    pub(crate) fn py_eq(&self, other: &Py) -> bool {
+        match (self, other) {
+            (Py::None, Py::None) => true,
+            (Py::Str(a), Py::Str(b)) => a == b,
+            (Py::Bytes(a), Py::Bytes(b)) => a == b,
+            (Py::DateTime(a), Py::DateTime(b)) => a == b,
+            (Py::List(a), Py::List(b)) => {
+                a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.py_eq(y))
+            }
+            (Py::Dict(a), Py::Dict(b)) => {
+                a.len() == b.len()
+                    && a.iter().all(|(k, v)| {
+                        b.iter()
+                            .find(|(k2, _)| k.same_key(k2))
+                            .is_some_and(|(_, v2)| v.py_eq(v2))
+                    })
+            }
+            (a, b) => match (a.as_number(), b.as_number()) {
+                (Some(x), Some(y)) => x.equals(y),
+                _ => false,
+            },
+        }
+    }
+
+    /// Python's `a < b`; `None` where Python raises `TypeError`.
+    pub(crate) fn py_lt(&self, other: &Py) -> Option<bool> {
+        match (self, other) {
+            (Py::Str(a), Py::Str(b)) => Some(a < b),
+            (Py::Bytes(a), Py::Bytes(b)) => Some(a < b),
+            (Py::DateTime(a), Py::DateTime(b)) => Some(a < b),
+            (Py::List(a), Py::List(b)) => {
+                for (x, y) in a.iter().zip(b) {
+                    if !x.py_eq(y) {
+                        return x.py_lt(y);
+                    }
+                }
+                Some(a.len() < b.len())
+            }
+            (a, b) => match (a.as_number(), b.as_number()) {
+                (Some(x), Some(y)) => {
+                    Some(x.cmp(y) == Ordering::Less && !x.is_nan() && !y.is_nan())
+                }
+                _ => None,
+            },
+        }
+    }
+
     fn as_number(&self) -> Option<Number> {
         match self {
             Py::Bool(b) => Some(Number::Int(i128::from(*b))),
@@ -381,6 +449,15 @@ enum Number {
 }
 
 impl Number {
+    fn is_nan(self) -> bool {
+        matches!(self, Number::Float(f) if f.is_nan())
+    }
+
+    /// Python's `==` between numbers (NaN equals nothing).
+    fn equals(self, other: Number) -> bool {
+        !self.is_nan() && !other.is_nan() && self.cmp(other) == Ordering::Equal
+    }
+
     fn cmp(self, other: Number) -> Ordering {
         match (self, other) {
             (Number::Int(a), Number::Int(b)) => a.cmp(&b),

@@ -38,6 +38,7 @@ fn every_captured_salt_output_is_reproduced_exactly() {
                 retcode: variant["retcode"].as_i64().expect("retcode"),
                 nested_indent: variant["nested_indent"].as_u64().map_or(0, |n| n as usize),
                 strip_colors: variant["strip_colors"].as_bool().unwrap_or(true),
+                ..OutputOptions::default()
             };
             let out = Outputter::from_name(out_name).expect("known outputter");
             let want = variant["text"].as_str().expect("text");

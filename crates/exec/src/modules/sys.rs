@@ -1,5 +1,11 @@
 //! `salt/modules/sysmod.py` (`sys`): what the minion offers, and the docs.
 //!
+//! `sys.list_functions` and `sys.list_modules` list the native functions and, when the
+//! registry has a fallback executor, the ones it offers (the union, as Salt's flat sorted
+//! list). Halite extension: `sys.list_functions origin=True` tells them apart, as
+//! `{"native": [...], "fallback": [...]}` (a function both offer is native: native
+//! functions always win). `sys.doc` and `sys.argspec` know only the native functions.
+//!
 //! `sys.list_returners` and `sys.list_returner_functions` list Halite's returners
 //! ([`halite_returners::names`]), each with its one function, `returner`; stock Salt
 //! lists its ~40 returner modules and their master-side functions too.
@@ -89,9 +95,8 @@ fn doc(inv: &mut Invocation<'_>) -> Result<Value, ExecError> {
     Ok(docs_for(inv.registry, &names))
 }
 
-fn list_functions(inv: &mut Invocation<'_>) -> Result<Value, ExecError> {
-    let names = names_arg(&inv.call.varargs)?;
-    let all = inv.registry.names();
+/// The functions of `all` that `sys.list_functions(*names)` picks, sorted.
+fn pick_functions(all: Vec<String>, names: &[String]) -> Vec<String> {
     let mut picked: Vec<String> = if names.is_empty() {
         all
     } else {
@@ -108,13 +113,48 @@ fn list_functions(inv: &mut Invocation<'_>) -> Result<Value, ExecError> {
             .collect()
     };
     picked.sort();
-    Ok(Value::Array(picked.into_iter().map(Value::from).collect()))
+    picked.dedup();
+    picked
+}
+
+/// The fallback's functions that are not native (those are run natively).
+fn fallback_only(registry: &Registry) -> Vec<String> {
+    let mut names = registry.fallback_names();
+    names.retain(|fun| !registry.has(fun));
+    names
+}
+
+fn strings(names: Vec<String>) -> Value {
+    Value::Array(names.into_iter().map(Value::from).collect())
+}
+
+fn list_functions(inv: &mut Invocation<'_>) -> Result<Value, ExecError> {
+    let names = names_arg(&inv.call.varargs)?;
+    let native = inv.registry.names();
+    let fallback = fallback_only(inv.registry);
+    if inv.call.kwarg("origin").is_some_and(crate::pyval::truthy) {
+        return Ok(Value::Map(vec![
+            (
+                Value::from("native"),
+                strings(pick_functions(native, &names)),
+            ),
+            (
+                Value::from("fallback"),
+                strings(pick_functions(fallback, &names)),
+            ),
+        ]));
+    }
+    let mut all = native;
+    all.extend(fallback);
+    Ok(strings(pick_functions(all, &names)))
 }
 
 fn list_modules(inv: &mut Invocation<'_>) -> Result<Value, ExecError> {
     let names = names_arg(&inv.call.varargs)?;
     let mut modules: Vec<String> = Vec::new();
-    for fun in inv.registry.names() {
+    let mut all = inv.registry.names();
+    all.extend(fallback_only(inv.registry));
+    for fun in all {
         let module = fun.split('.').next().unwrap_or_default().to_owned();
         let hit = names.is_empty()
             || names.iter().any(|pattern| {
@@ -247,6 +287,116 @@ fn argspec(inv: &mut Invocation<'_>) -> Result<Value, ExecError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{Context, Fallback, JobReturn};
+    use std::sync::Arc;
+
+    /// A fallback offering `state.apply`, `pkg.list_pkgs` and (shadowed) `test.ping`.
+    struct Listed;
+
+    impl Fallback for Listed {
+        fn run(&self, _: &Context, fun: &str, _: &Value) -> JobReturn {
+            JobReturn {
+                ret: Value::from(format!("ran {fun}")),
+                retcode: 0,
+                success: true,
+                out: None,
+                multi: None,
+            }
+        }
+
+        fn functions(&self) -> Vec<String> {
+            ["pkg.list_pkgs", "state.apply", "test.ping"]
+                .map(str::to_owned)
+                .to_vec()
+        }
+    }
+
+    fn run_sys(registry: &Registry, fun: &str, arg: Vec<Value>) -> Value {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let opts = halite_config::MinionConfig::from_yaml_str(
+            &format!("id: t\nroot_dir: {}\n", dir.path().display()),
+            &dir.path().join("minion"),
+        )
+        .expect("config");
+        let ctx = Context {
+            id: "t".to_owned(),
+            opts: Arc::new(opts),
+            grains: Arc::new(Value::Map(Vec::new())),
+            pillar: Arc::new(Value::Map(Vec::new())),
+            jid: None,
+            pub_data: None,
+            jobs: Arc::new(crate::NoJobs),
+            job: crate::JobHandle::new(),
+            master: None,
+        };
+        registry
+            .execute(&ctx, &Value::from(fun), &Value::Array(arg))
+            .ret
+    }
+
+    #[test]
+    fn list_functions_is_the_flat_sorted_union_with_the_fallback() {
+        let registry = Registry::builtin().with_fallback(Arc::new(Listed));
+        let Value::Array(all) = run_sys(&registry, "sys.list_functions", vec![]) else {
+            panic!("not a list")
+        };
+        let all: Vec<String> = all.iter().map(crate::pyval::py_str).collect();
+        let mut sorted = all.clone();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(all, sorted, "sorted, each once");
+        for fun in [
+            "state.apply",
+            "pkg.list_pkgs",
+            "test.ping",
+            "sys.list_functions",
+        ] {
+            assert!(all.contains(&fun.to_owned()), "{fun} missing");
+        }
+        let picked = run_sys(&registry, "sys.list_functions", vec![Value::from("state")]);
+        assert_eq!(picked, Value::Array(vec![Value::from("state.apply")]));
+        let modules = run_sys(&registry, "sys.list_modules", vec![]);
+        let Value::Array(modules) = modules else {
+            panic!("not a list")
+        };
+        assert!(modules.contains(&Value::from("pkg")) && modules.contains(&Value::from("sys")));
+    }
+
+    #[test]
+    fn list_functions_with_origin_marks_native_and_fallback_and_native_wins() {
+        let registry = Registry::builtin().with_fallback(Arc::new(Listed));
+        let marked = run_sys(
+            &registry,
+            "sys.list_functions",
+            vec![
+                Value::from("test.ping"),
+                Value::from("state.*"),
+                Value::from("origin=True"),
+            ],
+        );
+        assert_eq!(
+            marked,
+            Value::Map(vec![
+                (
+                    Value::from("native"),
+                    Value::Array(vec![Value::from("test.ping")])
+                ),
+                (
+                    Value::from("fallback"),
+                    Value::Array(vec![Value::from("state.apply")])
+                ),
+            ])
+        );
+        // The native test.ping runs, not the fallback's.
+        assert_eq!(
+            run_sys(&registry, "test.ping", vec![]),
+            Value::Boolean(true)
+        );
+        assert_eq!(
+            run_sys(&registry, "state.apply", vec![]),
+            Value::from("ran state.apply")
+        );
+    }
 
     #[test]
     fn doc_prefix_does_not_match_longer_module_names() {

@@ -3,10 +3,40 @@
 
 use crate::dispatch::{bad_load, AesCall, AesReply};
 use crate::Master;
+use halite_pillar::Answer;
 use halite_proto::envelope;
 use halite_proto::event::MINION_EVENT_BLACKLIST;
+use halite_proto::rsa::{EncAlgo, PrivateKey, PublicKey, SigAlgo};
 use halite_proto::value::{self, map, s};
 use halite_proto::Value;
+
+/// What the `send_private` pillar envelope of one request is built with.
+struct PillarSeal {
+    key: PrivateKey,
+    public: PublicKey,
+    enc_algo: EncAlgo,
+    sig_algo: SigAlgo,
+    nonce: String,
+    id: String,
+}
+
+impl PillarSeal {
+    /// The envelope carrying `pillar` (`"bad load"` if it cannot be built).
+    fn reply(&self, pillar: &Value) -> Value {
+        envelope::pillar_reply(
+            &self.key,
+            &self.public,
+            self.enc_algo,
+            self.sig_algo,
+            pillar,
+            &self.nonce,
+        )
+        .unwrap_or_else(|e| {
+            tracing::error!(minion = self.id, "Could not build the pillar reply: {e}");
+            bad_load()
+        })
+    }
+}
 
 impl Master {
     pub(crate) fn handle_return(&self, call: AesCall<'_>) -> AesReply {
@@ -63,6 +93,10 @@ impl Master {
         AesReply::Send(Value::Nil)
     }
 
+    /// `_pillar`: the grains are kept for targeting, and the pillar comes from
+    /// `halite-pillar` — at once when nothing needs compiling, else from a worker process
+    /// running Salt's pillar code, whose answer is sent from the pool's thread (the reply
+    /// is held, so no request worker waits for Python).
     pub(crate) fn handle_pillar(&self, call: AesCall<'_>) -> AesReply {
         if let Some(grains) = value::get(&call.load, "grains") {
             self.grains
@@ -77,19 +111,20 @@ impl Master {
             tracing::error!("Corrupt or missing public key \"{}\"", call.id);
             return AesReply::Private(bad_load());
         };
-        let pillar = Value::Map(vec![]);
-        match envelope::pillar_reply(
-            &self.key,
-            &public,
-            call.enc_algo,
-            call.sig_algo,
-            &pillar,
-            nonce,
-        ) {
-            Ok(v) => AesReply::Private(v),
-            Err(e) => {
-                tracing::error!(minion = call.id, "Could not build the pillar reply: {e}");
-                AesReply::Private(bad_load())
+        let seal = PillarSeal {
+            key: self.key.clone(),
+            public,
+            enc_algo: call.enc_algo,
+            sig_algo: call.sig_algo,
+            nonce: nonce.to_owned(),
+            id: call.id.to_owned(),
+        };
+        match self.pillar.answer(call.id, call.load) {
+            Answer::Ready(pillar) => AesReply::Private(seal.reply(&pillar)),
+            Answer::Pending(pending) => {
+                let reply_to = call.reply_to;
+                pending.then(move |pillar| reply_to.send_private(&seal.reply(&pillar)));
+                AesReply::Held
             }
         }
     }
