@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
-"""Issue-4 benchmark: the master event bus of halite-master, with a Rust sender and with the
+"""Issue-4/15 benchmark: the master event bus of halite-master, with a Rust sender and with the
 stock Python sender (`salt.utils.event` `fire_event`), events/s and fire->listener latency.
 
 Runs, each against a fresh halite-master (journal on unless --no-journal; --stock adds the
 same runs against a stock salt-master for a same-machine comparison):
-  rust-flood   Rust sender (one pull connection, 256 events per write) -> Rust listener,
-               N_RUST events as fast as possible; also how many the journal stored.
+  rust-flood   Rust sender (one pull connection, 256 events per write) -> Rust listener
+               (`MasterBus::listen` live: the journal from now on a Halite master with the
+               journal, else the pub socket), N_RUST events as fast as possible; also how
+               many the journal stored.
+  rust-flood-raw  the same with a plain pub-socket listener (`halite_bus::Listener`), which
+               reports what its `halite/bus/gap` events say it lost (gap_dropped).
   rust-paced   Rust sender at --rate events/s -> Rust listener (latency when not saturated).
   py-py        stock Python sender -> stock Python listener, N_PY events: the method of
                shared/baseline/bench_events.py (one process fires with MasterEvent.fire_event,
@@ -133,8 +137,9 @@ def lat_stats(lat):
             "max_ms": round(1000 * lat[-1], 3)}
 
 
-def run_rust_sender(base, n, rate=None):
+def run_rust_sender(base, n, rate=None, raw=False):
     cmd = [BENCH_BIN, f"{base}/root/sock", "send", str(n)] + ([str(rate)] if rate else [])
+    cmd += ["--raw"] if raw else []
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     if out.returncode:
         raise SystemExit(f"bus_bench failed: {out.stderr[-2000:]}")
@@ -175,7 +180,7 @@ def main():
     ap.add_argument("--rate", type=int, default=10000)
     ap.add_argument("--no-journal", action="store_true")
     ap.add_argument("--stock", action="store_true", help="also run against a stock salt-master")
-    ap.add_argument("--only", default="rust-flood,rust-paced,py-py,py-rust")
+    ap.add_argument("--only", default="rust-flood,rust-flood-raw,rust-paced,py-py,py-rust")
     a = ap.parse_args()
     for b in (MASTER_BIN, BENCH_BIN):
         if not os.path.exists(b):
@@ -187,9 +192,9 @@ def main():
             base = setup(extra)
             master = start_master(kind, base)
             try:
-                if run == "rust-flood":
+                if run in ("rust-flood", "rust-flood-raw"):
                     n = a.n_rust if kind == "halite" else min(a.n_rust, 20000)
-                    res = run_rust_sender(base, n)
+                    res = run_rust_sender(base, n, raw=run == "rust-flood-raw")
                 elif run == "rust-paced":
                     res = run_rust_sender(base, min(a.n_py, a.rate * 5), a.rate)
                 elif run == "py-py":

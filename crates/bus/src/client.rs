@@ -4,7 +4,7 @@
 
 use crate::event::{frame_limit, prepare, Event, DEFAULT_MAX_EVENT_SIZE};
 use crate::socket::Conn;
-use crate::{BusAddr, Error, Result};
+use crate::{BusAddr, Error, Result, GAP_TAG};
 use chrono::Utc;
 use halite_proto::event::{decode_pub_stream, frame_pull, unpack_event, Frame};
 use halite_proto::Value;
@@ -36,7 +36,9 @@ impl BusClient {
     }
 
     /// Connects to a pub socket and yields the events whose tag starts with `tag_prefix`
-    /// (Salt's default `startswith` match; `""` matches everything).
+    /// (Salt's default `startswith` match; `""` matches everything), and every [`GAP_TAG`]
+    /// event whatever its tag: the bus's word that this listener fell behind and lost
+    /// `{"dropped": n}` events right there.
     pub async fn listen(&self, addr: &BusAddr, tag_prefix: &str) -> Result<Listener> {
         let conn = Conn::connect(addr).await?;
         Ok(Listener {
@@ -96,7 +98,7 @@ impl Listener {
             {
                 self.pos += consumed;
                 match unpack_event(&event) {
-                    Ok((tag, data)) if tag.starts_with(&self.prefix) => {
+                    Ok((tag, data)) if tag.starts_with(&self.prefix) || tag == GAP_TAG => {
                         return Ok(Some(Event::from_body(tag, data, &event)));
                     }
                     Ok(_) => {}

@@ -28,9 +28,6 @@ pub struct Event {
     data: Value,
     frame: Vec<u8>,
     body_start: usize,
-    /// The bus's count of frame bytes published, this event's included (set when it is
-    /// published; 0 before).
-    pub(crate) published_end: u64,
 }
 
 /// Events are equal when their tag, data and bytes are.
@@ -50,7 +47,6 @@ impl Event {
             data,
             frame,
             body_start,
-            published_end: 0,
         }
     }
 

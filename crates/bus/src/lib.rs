@@ -10,7 +10,8 @@
 //! What it does not do: framing and event encoding live in [`halite_proto::event`] (this
 //! crate only moves those bytes over sockets); it knows nothing of tags' meaning, of
 //! forwarding events to a master (`fire_master`), or of Salt's `subscribe()`/pending-event
-//! cache (a [`Listener`] filters by tag prefix and drops the rest, like `get_event`).
+//! cache (a [`Listener`] filters by tag prefix and drops the rest, like `get_event`, except
+//! [`GAP_TAG`] events, which it always yields).
 //!
 //! Invariants:
 //! - Nothing a peer sends can panic the bus or stop it serving others: a bad frame ends that
@@ -21,28 +22,41 @@
 //!   for its share (back-pressure) before its frame is read.
 //! - Frames are parsed without decoding the `{"head", "body"}` wrapper; an event's data is
 //!   decoded within `halite_proto::value`'s budget (elements proportional to its bytes).
-//! - A pub-socket subscriber never holds more than [`SUBSCRIBER_BACKLOG_BYTES`] (or two
-//!   frame limits) of unsent frames: beyond that it loses its oldest, counted as dropped.
-//! - Each event is encoded once; every subscriber is written the same bytes.
-//! - Publishing never waits for a subscriber. A subscriber that falls
-//!   [`SUBSCRIBER_QUEUE_CAPACITY`] events behind loses the oldest of them; the loss is counted
+//! - Each event is encoded once; every subscriber is written the same bytes, in publish
+//!   order, from its own queue; a pub-socket subscriber's writer takes what is queued in
+//!   batches of up to [`WRITE_BATCH_BYTES`] and writes each with one `write`.
+//! - A pub-socket subscriber is never more than [`SUBSCRIBER_BACKLOG_BYTES`] behind, each
+//!   event counting its frame plus [`EVENT_OVERHEAD`] (so at most
+//!   [`SUBSCRIBER_QUEUE_CAPACITY`] events and at most 64 MiB of frames; two
+//!   [`frame_limit`]s if that is larger): beyond that it loses its oldest events, and it is never
+//!   silent about it: a [`GAP_TAG`] event `{"dropped": n}` with their exact count comes
+//!   right before the next event it gets. The loss is counted
 //!   ([`BusHandle::dropped_events`]) and logged at most once per [`DROP_LOG_INTERVAL`] per
 //!   subscriber, and again when it disconnects.
-//! - The wall clock is read in one place: the `_stamp` of [`BusHandle::fire`] and
-//!   [`BusClient::fire`].
+//! - An in-process [`Subscription`] loses nothing that came through the pull socket: a
+//!   pull sender reserves its batch in every in-process subscriber's queue before
+//!   publishing it, and waits while one is a budget behind (its connection stops being
+//!   read; the kernel then holds the sender back). Pub-socket subscribers are never held
+//!   back by anyone, and [`BusHandle::fire`] never waits: it is admitted up to a second
+//!   budget, and only past that is an event refused to that subscriber, reported in its
+//!   place ([`RecvError::Lagged`]).
+//! - The wall clock is read in one place: the `_stamp` of [`BusHandle::fire`],
+//!   [`BusClient::fire`] and gap events.
 
 mod addr;
 mod client;
 mod event;
+mod fanout;
 mod server;
 mod socket;
 
 pub use addr::{minion_hash, BusAddr, BusSockets, MASTER_PUB, MASTER_PULL};
 pub use client::{BusClient, Listener};
 pub use event::{frame_limit, Event, DEFAULT_MAX_EVENT_SIZE, FRAME_SLACK};
+pub use fanout::{RecvError, Subscription, TryRecvError, EVENT_OVERHEAD};
 pub use server::{
     BusHandle, BusServer, DROP_LOG_INTERVAL, GAP_TAG, MAX_CONNECTIONS, PULL_BUFFER_BYTES,
-    SUBSCRIBER_BACKLOG_BYTES, SUBSCRIBER_QUEUE_CAPACITY,
+    SUBSCRIBER_BACKLOG_BYTES, SUBSCRIBER_QUEUE_CAPACITY, WRITE_BATCH_BYTES,
 };
 pub use socket::{bind_unix, SocketFile, UnixBindError};
 

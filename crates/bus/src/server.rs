@@ -1,10 +1,10 @@
 //! The bus daemon side: Salt's `PublishServer` / `PubServer` / `TCPPuller`
 //! (`salt/transport/tcp.py`) used as the event publisher.
 //!
-//! Every event — read from the pull socket or fired in-process — goes into one
-//! `tokio::sync::broadcast` channel of [`SUBSCRIBER_QUEUE_CAPACITY`] shared `Arc<Event>`s.
-//! Each pub-socket subscriber is a task holding a receiver and writing
-//! [`Event::frame`] to its socket; in-process subscribers hold receivers directly.
+//! Every event — read from the pull socket or fired in-process — is published once, as a
+//! shared `Arc<Event>`, into one queue per subscriber (`fanout.rs`), in publish order:
+//! pub-socket subscribers (a task each, writing [`Event::frame`]s to the socket) and
+//! in-process [`Subscription`]s.
 //!
 //! No event is lost to a subscriber that has just connected. A client's `connect` returns
 //! once the kernel has queued the connection, before the bus accepts it, and Salt's
@@ -14,23 +14,29 @@
 //! non-blocking `accept` under the lock the publish holds) and subscribes it, then sends;
 //! the accept task only wakes for connections that arrive while nothing is published.
 //!
-//! Backpressure choice: load shedding, per subscriber, never silent: a pub-socket
-//! subscriber that lost events gets a [`GAP_TAG`] event with their count right before the
-//! next event it does get. Sending into the channel never
-//! waits, so neither the pull readers nor [`BusHandle::fire`] can be stalled by a
-//! subscriber. A subscriber whose backlog exceeds the capacity loses its *oldest* pending
-//! events (the broadcast channel overwrites them) and keeps receiving from the oldest one
-//! still held. Salt instead queues up to 10000 writes per subscriber and disconnects one
-//! whose writes stall for 60 s; Halite never disconnects a slow reader, and a reader that
-//! catches up sees the newest events rather than stale ones.
+//! Pub-socket subscribers: each one's writer takes every frame queued for it (up to
+//! [`WRITE_BATCH_BYTES`]) and writes them with one `write`, so a subscriber costs a copy
+//! per event, not a system call. Back-pressure choice: load shedding, per subscriber, never
+//! silent. A subscriber more than [`SUBSCRIBER_BACKLOG_BYTES`] behind (each event counting
+//! its frame plus [`EVENT_OVERHEAD`]: at most [`SUBSCRIBER_QUEUE_CAPACITY`] events, at most
+//! that many bytes of frames) loses its *oldest* events, and gets a [`GAP_TAG`] event with
+//! their count right before the next event it does get. Salt instead queues up to 10000
+//! writes per subscriber and disconnects one whose writes stall for 60 s, silently; Halite
+//! never disconnects a slow reader, and a reader that catches up sees the newest events
+//! rather than stale ones.
+//!
+//! In-process subscribers ([`BusHandle::subscribe`]: the journal writer, the minion's
+//! `fire_master` forwarder) lose nothing: their queue has the same budget, but a pull
+//! sender reserves its batch in it before the batch is published and waits while the
+//! subscriber is a budget behind — back-pressure to the senders' pull connections, never
+//! to other subscribers. [`BusHandle::fire`] never waits (it runs on the daemon's request
+//! threads): it is admitted up to one more budget; only a subscriber that far behind has
+//! events refused, and they are reported in its stream ([`RecvError::Lagged`]).
 //!
 //! Memory is bounded in bytes as well as in events:
-//! - A pub-socket subscriber that falls more than [`SUBSCRIBER_BACKLOG_BYTES`] of frames
-//!   behind (or twice [`frame_limit`], if larger) loses its oldest pending events until the
-//!   rest fits; they are counted and logged as dropped, like the events the ring
-//!   overwrites. The ring then
-//!   holds at most that much for such subscribers (in-process subscribers, the daemon's own
-//!   fast consumers, are bounded by the ring's count alone).
+//! - The events held are those some subscriber has not taken yet: at most a budget per
+//!   pub-socket subscriber and two per in-process one (the budget is raised to two
+//!   [`frame_limit`]s when those are larger). An idle bus holds none.
 //! - Pull senders buffer at most 64 KiB each without a share of
 //!   [`PULL_BUFFER_BYTES`] (or one [`frame_limit`], if larger), shared by all of them: a
 //!   sender whose frame needs more waits for its share before its frame is read, so many
@@ -38,31 +44,35 @@
 //!   A frame's declared length is checked against [`frame_limit`] first.
 
 use crate::event::{frame_limit, prepare, Event};
+use crate::fanout::{cost, Queue, Subscription, EVENT_OVERHEAD};
 use crate::socket::{Bound, Conn, SyncConn, SyncListener};
 use crate::{BusAddr, BusSockets, Error, Result};
 use chrono::Utc;
 use halite_proto::event::{unpack_event, Frame, PullFrame};
 use halite_proto::Value;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 use tokio::io::unix::AsyncFd;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
-use tokio::sync::broadcast::{
-    self,
-    error::{RecvError, TryRecvError},
-};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{debug, info, warn};
 
-/// How many events a subscriber may fall behind before it loses the oldest.
-///
-/// All subscribers share one ring of this many `Arc<Event>`s, so the memory held is at
-/// most this many events (each up to [`frame_limit`] bytes) whatever the number of
-/// subscribers; an event is freed once every subscriber has taken it.
-pub const SUBSCRIBER_QUEUE_CAPACITY: usize = 8192;
+/// How far (in bytes) a subscriber may fall behind: every event it has not taken counts
+/// its frame's length plus [`EVENT_OVERHEAD`]. A pub-socket subscriber further behind
+/// loses its oldest events; an in-process one holds pull senders back. Raised to two
+/// [`frame_limit`]s (plus overhead) for buses whose `max_event_size` makes that larger.
+pub const SUBSCRIBER_BACKLOG_BYTES: usize = 64 << 20;
+
+/// The most events a subscriber may fall behind: [`SUBSCRIBER_BACKLOG_BYTES`] of the
+/// smallest events (131,072).
+pub const SUBSCRIBER_QUEUE_CAPACITY: usize = SUBSCRIBER_BACKLOG_BYTES / EVENT_OVERHEAD;
+
+/// Frame bytes a pub-socket subscriber's writer takes from its queue and writes at once
+/// (a larger single frame is written alone).
+pub const WRITE_BATCH_BYTES: usize = 256 * 1024;
 
 /// Connections allowed at once on each of the two sockets; beyond that, new connections
 /// are closed at once with a warning. Salt has no limit.
@@ -78,9 +88,6 @@ const READ_CHUNK: usize = 64 * 1024;
 /// Bytes of partly received pull frames larger than 64 KiB, over all senders.
 pub const PULL_BUFFER_BYTES: usize = 64 << 20;
 
-/// Frame bytes a pub-socket subscriber may fall behind before it skips to the newest event.
-pub const SUBSCRIBER_BACKLOG_BYTES: u64 = 32 << 20;
-
 /// The tag of the event a pub-socket subscriber gets in place of the events it lost (a
 /// Halite extension): data `{"dropped": <count>}`, sent right before the next event it
 /// does get, so a reader that fell behind knows how many it missed and where.
@@ -90,20 +97,27 @@ pub const GAP_TAG: &str = "halite/bus/gap";
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
 struct Shared {
-    tx: broadcast::Sender<Arc<Event>>,
     max_event_size: usize,
+    /// Every subscriber's budget ([`SUBSCRIBER_BACKLOG_BYTES`] or two frame limits).
+    budget: usize,
+    /// Events dropped or refused, over all subscribers.
     dropped: AtomicU64,
-    /// Frame bytes of every event published so far.
-    published: AtomicU64,
     /// Events published so far.
     events: AtomicU64,
     /// Shares of [`PULL_BUFFER_BYTES`] for pull frames larger than [`READ_CHUNK`].
     pull_bytes: Arc<Semaphore>,
     /// The permits `pull_bytes` started with.
     pull_total: usize,
+    /// The subscribers, and the pub socket's intake; locked by every publish.
+    hub: Mutex<Hub>,
+}
+
+struct Hub {
+    /// Every subscriber's queue, in no particular order.
+    queues: Vec<Arc<Queue>>,
     /// The pub socket's queued connections, taken in before each publish; `None` once
     /// the bus has stopped.
-    intake: Mutex<Option<Intake>>,
+    intake: Option<Intake>,
 }
 
 /// Takes in pub-socket connections: subscribes each and hands it to the accept task.
@@ -114,31 +128,36 @@ struct Intake {
     joined: mpsc::UnboundedSender<Joined>,
 }
 
-/// A subscriber taken in: its connection, its receiver (subscribed when it was taken in,
-/// so it holds every event published since), and its connection slot.
+/// A subscriber taken in: its connection, its queue (subscribed when it was taken in, so
+/// it holds every event published since), and its connection slot.
 struct Joined {
     conn: SyncConn,
-    rx: broadcast::Receiver<Arc<Event>>,
+    queue: Arc<Queue>,
     permit: OwnedSemaphorePermit,
 }
 
-impl Intake {
-    /// Takes in every queued connection; ends with `WouldBlock` once none is left, or with
-    /// the error `accept` gave.
-    fn take_in(&self, tx: &broadcast::Sender<Arc<Event>>) -> std::io::Error {
+impl Hub {
+    /// Takes in every queued pub-socket connection; ends with `WouldBlock` once none is
+    /// left, or with the error `accept` gave.
+    fn take_in(&mut self, budget: usize) -> std::io::Error {
+        let Some(intake) = &self.intake else {
+            return std::io::ErrorKind::WouldBlock.into();
+        };
         loop {
-            let conn = match self.listener.accept_now() {
+            let conn = match intake.listener.accept_now() {
                 Ok(c) => c,
                 Err(e) => return e,
             };
-            let Ok(permit) = self.slots.clone().try_acquire_owned() else {
-                warn!(socket = %self.addr, limit = MAX_CONNECTIONS, "Event bus connection limit reached; closing new connection");
+            let Ok(permit) = intake.slots.clone().try_acquire_owned() else {
+                warn!(socket = %intake.addr, limit = MAX_CONNECTIONS, "Event bus connection limit reached; closing new connection");
                 continue;
             };
+            let queue = Queue::raw(budget);
+            self.queues.push(queue.clone());
             // The accept task is gone only when the bus stops; the connection then closes.
-            let _ = self.joined.send(Joined {
+            let _ = intake.joined.send(Joined {
                 conn,
-                rx: tx.subscribe(),
+                queue,
                 permit,
             });
         }
@@ -147,61 +166,82 @@ impl Intake {
 
 impl Shared {
     fn new(max_event_size: usize, pull_total: usize) -> Arc<Shared> {
-        let (tx, _) = broadcast::channel(SUBSCRIBER_QUEUE_CAPACITY);
+        let two_frames = 2 * (frame_limit(max_event_size) + EVENT_OVERHEAD);
         Arc::new(Shared {
-            tx,
             max_event_size,
+            budget: SUBSCRIBER_BACKLOG_BYTES
+                .max(two_frames)
+                .min(u32::MAX as usize),
             dropped: AtomicU64::new(0),
-            published: AtomicU64::new(0),
             events: AtomicU64::new(0),
             pull_bytes: Arc::new(Semaphore::new(pull_total)),
             pull_total,
-            intake: Mutex::new(None),
+            hub: Mutex::new(Hub {
+                queues: Vec::new(),
+                intake: None,
+            }),
         })
     }
 
-    /// Takes in the pub socket's queued connections; see [`Intake::take_in`].
-    fn take_in(&self) -> std::io::Error {
-        match &*self.intake.lock().unwrap_or_else(PoisonError::into_inner) {
-            Some(intake) => intake.take_in(&self.tx),
-            None => std::io::ErrorKind::WouldBlock.into(),
-        }
+    fn hub(&self) -> MutexGuard<'_, Hub> {
+        self.hub.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn publish(&self, event: Event) {
-        self.publish_all(std::iter::once(event));
+    /// Takes in the pub socket's queued connections; see [`Hub::take_in`].
+    fn take_in(&self) -> std::io::Error {
+        self.hub().take_in(self.budget)
+    }
+
+    /// A new in-process subscriber.
+    fn subscribe(&self) -> Subscription {
+        let queue = Queue::lossless(self.budget);
+        self.hub().queues.push(queue.clone());
+        Subscription::new(queue)
+    }
+
+    /// The in-process subscribers' queues.
+    fn lossless_queues(&self) -> Vec<Arc<Queue>> {
+        self.hub()
+            .queues
+            .iter()
+            .filter(|q| q.is_lossless() && !q.has_left())
+            .cloned()
+            .collect()
     }
 
     /// Publishes `events` in order, taking in queued subscribers once for all of them.
-    fn publish_all(&self, events: impl IntoIterator<Item = Event>) {
+    /// `prepaid` is what the publisher reserved in in-process subscribers' queues.
+    fn publish_all(&self, events: Vec<Event>, prepaid: &[(Arc<Queue>, usize)]) {
+        let events: Vec<Arc<Event>> = events.into_iter().map(Arc::new).collect();
         // Subscribers whose `connect` returned before this publish get the events: take
-        // them in first, holding the lock until the events are sent (a concurrent publish
-        // cannot take one in after this one's intake and send before it is subscribed).
-        // An `accept` error is left to the accept task, which logs it.
-        let intake = self.intake.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(intake) = &*intake {
-            intake.take_in(&self.tx);
+        // them in first, holding the lock until the events are queued (a concurrent
+        // publish cannot take one in after this one's intake and queue before it is
+        // subscribed). An `accept` error is left to the accept task, which logs it.
+        let mut hub = self.hub();
+        hub.take_in(self.budget);
+        hub.queues.retain(|q| !q.has_left());
+        let mut lost = 0;
+        for q in &hub.queues {
+            let paid = prepaid
+                .iter()
+                .find(|(p, _)| Arc::ptr_eq(p, q))
+                .map_or(0, |(_, n)| *n);
+            lost += q.push(&events, paid);
         }
-        for mut event in events {
-            let len = event.frame().len() as u64;
-            event.published_end = self.published.fetch_add(len, Ordering::Relaxed) + len;
-            self.events.fetch_add(1, Ordering::Relaxed);
-            // An error only means nobody is subscribed; the event is then dropped, as in Salt.
-            let _ = self.tx.send(Arc::new(event));
+        drop(hub);
+        self.events
+            .fetch_add(events.len() as u64, Ordering::Relaxed);
+        if lost > 0 {
+            self.dropped.fetch_add(lost, Ordering::Relaxed);
         }
     }
+}
 
-    /// Frame bytes published after `event` (approximately: concurrent publishers may
-    /// interleave their counts), i.e. how far behind a subscriber that just got it is.
-    fn backlog_after(&self, event: &Event) -> u64 {
-        self.published
-            .load(Ordering::Relaxed)
-            .saturating_sub(event.published_end)
-    }
-
-    /// How far behind a pub-socket subscriber may fall.
-    fn backlog_limit(&self) -> u64 {
-        SUBSCRIBER_BACKLOG_BYTES.max(2 * frame_limit(self.max_event_size) as u64)
+impl Drop for Shared {
+    fn drop(&mut self) {
+        for q in &self.hub().queues {
+            q.close();
+        }
     }
 }
 
@@ -224,24 +264,24 @@ impl BusHandle {
                 limit,
             });
         }
-        self.shared.publish(event);
+        self.shared.publish_all(vec![event], &[]);
         Ok(())
     }
 
-    /// A receiver of every event published from now on. A receiver that falls more than
-    /// [`SUBSCRIBER_QUEUE_CAPACITY`] events behind gets [`RecvError::Lagged`] with the
-    /// number it lost (these are not counted in [`dropped_events`](Self::dropped_events)).
-    pub fn subscribe(&self) -> broadcast::Receiver<Arc<Event>> {
-        self.shared.tx.subscribe()
+    /// Every event published from now on, in order, none dropped (see [`Subscription`]:
+    /// pull-socket senders wait for it, so it must be read or dropped).
+    pub fn subscribe(&self) -> Subscription {
+        self.shared.subscribe()
     }
 
-    /// Live subscribers: pub-socket connections plus in-process receivers.
+    /// Live subscribers: pub-socket connections plus in-process subscriptions.
     pub fn subscriber_count(&self) -> usize {
-        self.shared.tx.receiver_count()
+        let hub = self.shared.hub();
+        hub.queues.iter().filter(|q| !q.has_left()).count()
     }
 
-    /// Events dropped so far for pub-socket subscribers that fell behind, summed over all
-    /// of them.
+    /// Events lost so far, summed over all subscribers: dropped for pub-socket subscribers
+    /// that fell behind, refused to in-process ones (see [`Subscription`]).
     pub fn dropped_events(&self) -> u64 {
         self.shared.dropped.load(Ordering::Relaxed)
     }
@@ -281,7 +321,7 @@ impl BusServer {
             PULL_BUFFER_BYTES.max(frame_limit(max_event_size)),
         );
         let (joined_tx, joined) = mpsc::unbounded_channel();
-        *shared.intake.lock().unwrap_or_else(PoisonError::into_inner) = Some(Intake {
+        shared.hub().intake = Some(Intake {
             listener,
             addr: pub_addr.clone(),
             slots: Arc::new(Semaphore::new(MAX_CONNECTIONS)),
@@ -330,15 +370,15 @@ impl BusServer {
             accept_loop(&self.pull_sock, &self.pull_addr, shared, &cancel, &tracker),
         );
         // Closes the pub socket (removing its file); queued connections close with it.
-        drop(
-            shared
-                .intake
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .take(),
-        );
+        drop(shared.hub().intake.take());
         tracker.close();
         tracker.wait().await;
+        // Subscribers taken in but never served are gone too: nothing is queued for them.
+        for q in &shared.hub().queues {
+            if !q.is_lossless() {
+                q.leave();
+            }
+        }
         debug!(publish = %self.pub_addr, pull = %self.pull_addr, "Event bus stopped");
     }
 }
@@ -370,9 +410,12 @@ async fn intake_loop(
                 Ok((conn, peer)) => {
                     debug!(socket = %addr, %peer, "Event bus subscriber connected");
                     let (shared, cancel) = (shared.clone(), cancel.clone());
-                    tracker.spawn(serve_subscriber(conn, j.rx, peer, shared, cancel, j.permit));
+                    tracker.spawn(serve_subscriber(conn, j.queue, peer, shared, cancel, j.permit));
                 }
-                Err(e) => debug!(socket = %addr, error = %e, "Event bus subscriber lost before it was served"),
+                Err(e) => {
+                    j.queue.leave();
+                    debug!(socket = %addr, error = %e, "Event bus subscriber lost before it was served");
+                }
             },
             ready = watch.readable() => {
                 let failed = match ready {
@@ -426,62 +469,58 @@ async fn accept_loop(
     }
 }
 
-/// Writes every event to one pub-socket subscriber until it disconnects. Bytes the
-/// subscriber sends are read and ignored (Salt's `PubServer` does the same with them).
+/// Leaves the queue when the subscriber's task ends, however it ends.
+struct Leave(Arc<Queue>);
+
+impl Drop for Leave {
+    fn drop(&mut self) {
+        self.0.leave();
+    }
+}
+
+/// Writes every event to one pub-socket subscriber until it disconnects, batching what is
+/// queued into writes of up to [`WRITE_BATCH_BYTES`]. Bytes the subscriber sends are read
+/// and ignored (Salt's `PubServer` does the same with them).
 async fn serve_subscriber(
     conn: Conn,
-    mut rx: broadcast::Receiver<Arc<Event>>,
+    queue: Arc<Queue>,
     peer: String,
     shared: Arc<Shared>,
     cancel: CancellationToken,
     _permit: OwnedSemaphorePermit,
 ) {
+    let queue = Leave(queue);
     let (mut rd, mut wr) = tokio::io::split(conn);
-    let unreported = AtomicU64::new(0);
     let total = AtomicU64::new(0);
     let writer = async {
-        // Events lost since the last one written, reported before the next.
-        let mut gap = 0u64;
-        loop {
-            match rx.recv().await {
-                Ok(mut event) => {
-                    // Too far behind in bytes: the oldest go until the rest fits.
-                    let mut skipped = 0u64;
-                    while shared.backlog_after(&event) > shared.backlog_limit() {
-                        match rx.try_recv() {
-                            Ok(newer) => {
-                                event = newer;
-                                skipped += 1;
-                            }
-                            Err(TryRecvError::Lagged(n)) => skipped += n,
-                            Err(_) => break,
-                        }
-                    }
-                    if skipped > 0 {
-                        unreported.fetch_add(skipped, Ordering::Relaxed);
-                        total.fetch_add(skipped, Ordering::Relaxed);
-                        shared.dropped.fetch_add(skipped, Ordering::Relaxed);
-                        gap += skipped;
-                    }
-                    if gap > 0 {
-                        let data = halite_proto::value::map([("dropped", Value::from(gap))]);
-                        // A tag and a two-key map always make a valid event.
-                        if let Ok(g) = prepare(GAP_TAG, data, Utc::now(), shared.max_event_size) {
-                            wr.write_all(g.frame()).await?;
-                        }
-                        gap = 0;
-                    }
-                    wr.write_all(event.frame()).await?
+        let mut taken = Vec::new();
+        let mut buf = Vec::with_capacity(WRITE_BATCH_BYTES);
+        while let Some(gap) = queue.0.take_frames(&mut taken, WRITE_BATCH_BYTES).await {
+            if gap > 0 {
+                let data = halite_proto::value::map([("dropped", Value::from(gap))]);
+                // A tag and a one-key map always make a valid event.
+                if let Ok(g) = prepare(GAP_TAG, data, Utc::now(), shared.max_event_size) {
+                    buf.extend_from_slice(g.frame());
                 }
-                Err(RecvError::Lagged(n)) => {
-                    unreported.fetch_add(n, Ordering::Relaxed);
-                    total.fetch_add(n, Ordering::Relaxed);
-                    shared.dropped.fetch_add(n, Ordering::Relaxed);
-                    gap += n;
+            }
+            for event in taken.drain(..) {
+                if event.frame().len() >= WRITE_BATCH_BYTES {
+                    // A large frame goes out alone, without a copy.
+                    if !buf.is_empty() {
+                        wr.write_all(&buf).await?;
+                        buf.clear();
+                    }
+                    wr.write_all(event.frame()).await?;
+                } else {
+                    buf.extend_from_slice(event.frame());
                 }
-                Err(RecvError::Closed) => return Ok::<(), std::io::Error>(()),
+            }
+            if !buf.is_empty() {
+                wr.write_all(&buf).await?;
+                buf.clear();
             }
         }
+        Ok::<(), std::io::Error>(())
     };
     let reader = async {
         let mut scratch = [0u8; 1024];
@@ -498,16 +537,18 @@ async fn serve_subscriber(
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            let n = unreported.swap(0, Ordering::Relaxed);
+            let n = queue.0.take_unlogged();
             if n > 0 {
-                warn!(%peer, dropped = n, capacity = SUBSCRIBER_QUEUE_CAPACITY, "Event bus subscriber is too slow; dropped its oldest events");
+                total.fetch_add(n, Ordering::Relaxed);
+                warn!(%peer, dropped = n, backlog_bytes = shared.budget, "Event bus subscriber is too slow; dropped its oldest events");
             }
         }
     };
     tokio::select! {
         _ = cancel.cancelled() => {}
-        r = writer => if let Err(e) = r {
-            debug!(%peer, error = %e, "Event bus subscriber write failed; disconnecting");
+        r = writer => match r {
+            Err(e) => debug!(%peer, error = %e, "Event bus subscriber write failed; disconnecting"),
+            Ok(()) => debug!(%peer, "Event bus closed; disconnecting subscriber"),
         },
         r = reader => match r {
             None => debug!(%peer, "Event bus subscriber disconnected"),
@@ -515,13 +556,16 @@ async fn serve_subscriber(
         },
         _ = reporter => {}
     }
-    let total = total.load(Ordering::Relaxed);
+    let total = total.load(Ordering::Relaxed) + queue.0.take_unlogged();
     if total > 0 {
         warn!(%peer, dropped = total, "Event bus subscriber gone after dropping events");
     }
 }
 
 /// Reads length-prefixed frames from one sender and publishes each event.
+///
+/// Every whole frame of one read is published as one batch, once the in-process
+/// subscribers' queues have room for it (the sender waits, not the bus).
 ///
 /// A frame that cannot be parsed (over the size limit, wrapper not msgpack, no `body`)
 /// ends the connection; once the wrapper is parsed the next frame's start is known, so a
@@ -557,7 +601,16 @@ async fn serve_sender(
             }
         };
         if !events.is_empty() {
-            shared.publish_all(events);
+            let charge = events.iter().map(cost).sum();
+            let mut prepaid = Vec::new();
+            for q in shared.lossless_queues() {
+                let paid = tokio::select! {
+                    _ = cancel.cancelled() => return,
+                    n = q.reserve(charge) => n,
+                };
+                prepaid.push((q, paid));
+            }
+            shared.publish_all(events, &prepaid);
         }
         if let Some(e) = bad_frame {
             warn!(%peer, error = %e, "Closing event bus sender connection: bad frame");
@@ -659,7 +712,7 @@ mod tests {
         let (a_frame, b_frame) = (frame("a"), frame("b"));
         let total = 200 << 10;
         let shared = Shared::new(1 << 20, total);
-        let mut events = shared.tx.subscribe();
+        let mut events = shared.subscribe();
         let cancel = CancellationToken::new();
         let (mut a, mut b) = (sender(&shared, &cancel), sender(&shared, &cancel));
         let free = || shared.pull_bytes.available_permits();

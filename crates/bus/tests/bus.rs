@@ -4,8 +4,8 @@ mod common;
 
 use common::{start, wait_subscribers, within};
 use halite_bus::{
-    frame_limit, BusAddr, BusClient, BusSockets, DEFAULT_MAX_EVENT_SIZE, GAP_TAG,
-    SUBSCRIBER_BACKLOG_BYTES, SUBSCRIBER_QUEUE_CAPACITY,
+    frame_limit, BusAddr, BusClient, BusSockets, DEFAULT_MAX_EVENT_SIZE, EVENT_OVERHEAD, GAP_TAG,
+    SUBSCRIBER_BACKLOG_BYTES,
 };
 use halite_proto::event::{frame_pub, frame_pull, pack_event};
 use halite_proto::{value, Value};
@@ -156,9 +156,11 @@ async fn slow_subscriber_does_not_block_others_and_its_drops_are_counted() {
         }
     });
 
+    // Three budgets' worth of 2 KiB events.
     let batch = 1024;
-    let total = (3 * SUBSCRIBER_QUEUE_CAPACITY / batch) * batch;
-    let pad = value::s("x".repeat(512));
+    let pad = value::s("x".repeat(2048));
+    let per_budget = SUBSCRIBER_BACKLOG_BYTES / (2048 + EVENT_OVERHEAD);
+    let total = (3 * per_budget / batch) * batch;
     for start in (0..total).step_by(batch) {
         for i in start..start + batch {
             bus.handle
@@ -198,8 +200,7 @@ async fn a_subscriber_behind_by_more_than_the_byte_limit_loses_its_oldest_events
         .unwrap();
     wait_subscribers(&bus.handle, 1).await;
 
-    // 90 MB of events: far fewer than the ring holds, far more bytes than a subscriber
-    // may fall behind.
+    // 90 MB of events: far fewer events than a subscriber may fall behind, far more bytes.
     let total = 100;
     let pad = value::s("x".repeat(900 << 10));
     for i in 0..total {

@@ -228,7 +228,19 @@ fn main() -> ExitCode {
             }
         }
     };
-    let registry = Registry::builtin();
+    // Functions Halite lacks run in Salt's own loader on this host (`halite-fallback`),
+    // asking the master through this call's channel; with --local there is no channel,
+    // so only native functions run.
+    let registry = match (&remote, halite_fallback::Options::from_config(&cfg)) {
+        (Some(_), Ok(fallback)) if fallback.enabled => Registry::builtin().with_fallback(
+            std::sync::Arc::new(halite_fallback::Executor::new(fallback)),
+        ),
+        (_, Err(e)) => {
+            eprintln!("halite-call: {e}");
+            return ExitCode::from(EX_CONFIG);
+        }
+        _ => Registry::builtin(),
+    };
     let jid = halite_proto::jid::format_jid(chrono::Utc::now());
     let pillar = remote
         .as_ref()
@@ -253,7 +265,8 @@ fn main() -> ExitCode {
         opts: Arc::new(cfg),
     };
 
-    if !registry.has(fun) {
+    // With the fallback, Salt's loader decides what exists (and answers as Salt does).
+    if !registry.has(fun) && !registry.has_fallback() {
         let missing = format!("'{fun}' is not available.");
         let docs = registry.execute(
             &ctx,

@@ -3,9 +3,10 @@
 //!
 //! - `halite event listen [--tag GLOB] [--json] [--since ID|TIME] [-n N]`: prints events as
 //!   `tag<TAB>json` (what `salt-run state.event` prints) or, with `--json`, one JSON object
-//!   per line. Without `--since` it reads the bus's pub socket live; with it, the master's
-//!   event journal from that id or time, then live, with no gap and no duplicate. It
-//!   reconnects when the master restarts (a journal replay resumes after its last event).
+//!   per line. It reads the master's event journal from now, or with `--since` from that id
+//!   or time, then live, with no gap and no duplicate however slowly its output is read
+//!   (where the journal cannot be reached, the bus's pub socket live). It reconnects when
+//!   the master restarts (a journal reader resumes after its last event).
 //! - `halite event fire TAG JSON [--master]`: fires one event into the master bus.
 //!
 //! `main` hands over to [`dispatch`] only when the first words (after `-c DIR` / `-l LEVEL`)
@@ -56,7 +57,7 @@ enum Command {
         /// Only tags matching this glob (Python fnmatch rules).
         #[arg(long = "tag")]
         tag: Option<String>,
-        /// One JSON object per line: {"tag", "data"}, plus "id" and "time" with --since.
+        /// One JSON object per line: {"tag", "data"}, plus "id" and "time" from the journal.
         #[arg(long = "json")]
         json: bool,
         /// Replay from the journal first: an event id (0 = the oldest kept), an ISO 8601 time

@@ -177,6 +177,11 @@ impl Registry {
             .unwrap_or_default()
     }
 
+    /// Whether a [`Fallback`] runs what this registry lacks.
+    pub fn has_fallback(&self) -> bool {
+        self.fallback.is_some()
+    }
+
     /// Whether `fun` (`module.function`) is offered natively.
     pub fn has(&self, fun: &str) -> bool {
         self.functions.contains(fun)

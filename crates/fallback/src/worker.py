@@ -615,6 +615,9 @@ def run_job(msg):
         OPTS["master_uri"] = msg["master_uri"]
     fn_ = _proc_file(data) if isinstance(data, dict) and data.get("jid") else None
     if fn_:
+        # This process runs only this job: `state.running` skips `__opts__["jid"]` when it
+        # looks for other state runs in the proc directory (its self-detection).
+        OPTS["jid"] = data["jid"]
         sdata = {"pid": _os.getpid()}
         sdata.update(data)
         try:

@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use tokio::net::UnixStream;
-use tracing::warn;
+use tracing::{debug, warn};
 
 /// Pause between attempts while a reconnecting [`EventStream`] waits for the master.
 pub const RECONNECT_DELAY: Duration = Duration::from_secs(1);
@@ -73,7 +73,10 @@ impl TagFilter {
 /// Where a listener starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Since {
-    /// Live events from the bus, from now on (no ids).
+    /// Events from now on: through the journal (with ids; nothing is lost however slowly
+    /// they are read, and a reconnecting stream resumes after its last event), or, where
+    /// the journal cannot be reached, from the bus's pub socket (no ids; a listener that
+    /// falls too far behind gets a `halite/bus/gap` event with the count it lost).
     Live,
     /// From this journal id (inclusive; `0` is the oldest event held), then live.
     Id(u64),
@@ -138,9 +141,9 @@ pub fn parse_since(text: &str, now: DateTime<Utc>) -> Result<Since> {
 /// One event as a listener gets it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BusEvent {
-    /// The journal id (events replayed from the journal only).
+    /// The journal id (events read from the journal only).
     pub id: Option<u64>,
-    /// When the journal stored it (events replayed from the journal only).
+    /// When the journal stored it (events read from the journal only).
     pub time: Option<DateTime<Utc>>,
     /// The tag.
     pub tag: String,
@@ -223,9 +226,9 @@ impl MasterBus {
         })
     }
 
-    /// Starts listening: live from the bus's pub socket, or from the journal socket from an
-    /// id or a time and then live, with no gap and no duplicate. Connects before returning,
-    /// so a master that is not running is an error here.
+    /// Starts listening from now, an id or a time, then live, with no gap and no duplicate
+    /// (see [`Since`]). Connects before returning, so a master that is not running is an
+    /// error here; every event published after it returns is received.
     pub async fn listen(&self, filter: TagFilter, since: Since) -> Result<EventStream> {
         let resume = match since {
             Since::Live => None,
@@ -315,7 +318,8 @@ enum Source {
 pub struct EventStream {
     bus: MasterBus,
     filter: TagFilter,
-    /// Where a journal replay (re)starts; `None` for a live listener.
+    /// Where a journal replay (re)starts; `None` for a live listener not connected to the
+    /// journal yet (or reading the pub socket without one).
     resume: Option<Start>,
     source: Option<Source>,
     reconnect: bool,
@@ -323,9 +327,9 @@ pub struct EventStream {
 
 impl EventStream {
     /// Whether to reconnect, every [`RECONNECT_DELAY`], when the master goes away (as Salt's
-    /// `get_event(auto_reconnect=True)`). A journal replay resumes after the last event it
-    /// returned, so nothing is missed or repeated across a master restart; a live listener
-    /// misses what was fired while it was disconnected.
+    /// `get_event(auto_reconnect=True)`). A stream reading the journal resumes after the
+    /// last event it returned, so nothing is missed or repeated across a master restart; one
+    /// reading the pub socket misses what was fired while it was disconnected.
     pub fn reconnecting(mut self, on: bool) -> EventStream {
         self.reconnect = on;
         self
@@ -375,7 +379,13 @@ impl EventStream {
                 },
             };
             match got {
-                Ok(Some(ev)) if self.filter.matches(&ev.tag) => return Ok(Some(ev)),
+                // The pub socket's word that this listener lost events passes any filter.
+                Ok(Some(ev))
+                    if self.filter.matches(&ev.tag)
+                        || (ev.id.is_none() && ev.tag == halite_bus::GAP_TAG) =>
+                {
+                    return Ok(Some(ev))
+                }
                 Ok(Some(_)) => {}
                 Ok(None) if self.reconnect => {
                     warn!("The master closed the event connection; reconnecting");
@@ -394,36 +404,42 @@ impl EventStream {
     async fn connect(&mut self) -> Result<Source> {
         let prefix = self.filter.prefix().to_owned();
         match self.resume {
-            None => {
-                let listener = BusClient::new(self.bus.max_event_size)
-                    .listen(&self.bus.pub_addr, &prefix)
-                    .await?;
-                Ok(Source::Live(listener))
-            }
-            Some(start) => {
-                let request = Request {
-                    start,
-                    tag_prefix: prefix,
-                };
-                let stream =
-                    ReplayStream::connect(&self.bus.journal, &request, self.bus.max_event_size)
+            None => match self.replay(Start::Now, prefix.clone()).await {
+                Ok(source) => Ok(source),
+                Err(e) => {
+                    debug!(error = %e, "No event journal; listening to the bus's pub socket");
+                    let listener = BusClient::new(self.bus.max_event_size)
+                        .listen(&self.bus.pub_addr, &prefix)
                         .await?;
-                if let Start::Id(id) = start {
-                    if id > 0 && id < stream.first_id() {
-                        warn!(
-                            requested = id,
-                            oldest = stream.first_id(),
-                            "Events before the oldest journal id were removed by retention"
-                        );
-                    }
+                    Ok(Source::Live(listener))
                 }
-                // Every event of this connection has an id at or after the journal's next id.
-                if start == Start::Now {
-                    self.resume = Some(Start::Id(stream.next_id()));
-                }
-                Ok(Source::Journal(stream))
+            },
+            Some(start) => self.replay(start, prefix).await,
+        }
+    }
+
+    /// Connects to the journal socket for events from `start`.
+    async fn replay(&mut self, start: Start, prefix: String) -> Result<Source> {
+        let request = Request {
+            start,
+            tag_prefix: prefix,
+        };
+        let stream =
+            ReplayStream::connect(&self.bus.journal, &request, self.bus.max_event_size).await?;
+        if let Start::Id(id) = start {
+            if id > 0 && id < stream.first_id() {
+                warn!(
+                    requested = id,
+                    oldest = stream.first_id(),
+                    "Events before the oldest journal id were removed by retention"
+                );
             }
         }
+        // Every event of this connection has an id at or after the journal's next id.
+        if start == Start::Now {
+            self.resume = Some(Start::Id(stream.next_id()));
+        }
+        Ok(Source::Journal(stream))
     }
 
     async fn reconnect_loop(&mut self) -> Source {
@@ -434,7 +450,7 @@ impl EventStream {
                     warn!("Event connection re-established");
                     return s;
                 }
-                Err(e) => tracing::debug!(error = %e, "Reconnecting to the master bus"),
+                Err(e) => debug!(error = %e, "Reconnecting to the master bus"),
             }
         }
     }

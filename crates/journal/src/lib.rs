@@ -11,19 +11,25 @@
 //! ones as they are stored.
 //!
 //! Client side ([`MasterBus`], [`EventStream`]): the Rust counterpart of
-//! `salt.utils.event.get_event('master', ...)`: live events from the bus's pub socket, or a
-//! gap-free replay from the journal socket; [`MasterBus::fire`] pushes into the pull socket.
+//! `salt.utils.event.get_event('master', ...)`: events from the journal socket, from now
+//! (live), from an id or from a time, gap-free however slowly they are read; or, where the
+//! journal cannot be reached (a stock master, `event_journal: False`, a user the socket
+//! does not admit), live events from the bus's pub socket. [`MasterBus::fire`] pushes into
+//! the pull socket.
 //! [`state_event_line`] prints an event as `salt-run state.event` does.
 //!
 //! What it does not do: it does not touch the bus's wire format (that is `halite-bus`), does
 //! not journal the minion bus, and does not let other processes open the journal file.
 //!
 //! Invariants:
-//! - The bus is never slowed by the journal: the writer takes events from its own bus
-//!   subscription into an in-memory queue and appends whatever is queued in one transaction.
-//!   If it falls behind the bus's ring or its queue is full ([`MAX_QUEUED_BYTES`]), the events
-//!   it missed are never waited for: they are logged at `error`, and a [`GAP_TAG`] entry
-//!   (`{"missed": N, "reason": ...}`) takes their place, so a replaying client knows.
+//! - The journal misses nothing the bus publishes: its bus subscription is lossless
+//!   ([`halite_bus::Subscription`]): a sender on the pull socket waits while the journal
+//!   is a budget (`halite_bus::SUBSCRIBER_BACKLOG_BYTES`) behind; nobody else waits for it.
+//!   The writer appends whatever is queued in one transaction. Only the daemon's own fires,
+//!   which never wait, can be refused to a journal more than two budgets behind, and a
+//!   failed append loses its batch: either way the events are logged at `error` and a
+//!   [`GAP_TAG`] entry (`{"missed": N, "reason": ...}`) takes their place, so a replaying
+//!   client knows.
 //! - An event is sent to replay clients only after its transaction is committed durably, so
 //!   what a client saw is in the journal after a crash, and ids are never handed out twice.
 //! - A replay session subscribes to committed batches *before* it reads the journal, then
@@ -54,7 +60,7 @@ pub use config::{
 pub use format::state_event_line;
 pub use server::{MAX_SESSIONS, REQUEST_TIMEOUT};
 pub use store::{Appended, Journal, Record, Retention, ENTRY_OVERHEAD};
-pub use writer::{GAP_TAG, MAX_BATCH_EVENTS, MAX_QUEUED_BYTES, PRUNE_INTERVAL};
+pub use writer::{GAP_TAG, MAX_BATCH_EVENTS, PRUNE_INTERVAL};
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -271,7 +271,14 @@ impl<W: AsyncWrite + Unpin> Session<'_, W> {
                     self.next = batch.end_id();
                     write(self.wr, &out).await?;
                 }
-                Err(RecvError::Lagged(_)) => self.catch_up(u64::MAX).await?,
+                Err(RecvError::Lagged(n)) => {
+                    debug!(
+                        batches = n,
+                        from = self.next,
+                        "Event journal replay fell behind the live batches; reading the journal"
+                    );
+                    self.catch_up(u64::MAX).await?
+                }
                 Err(RecvError::Closed) => return Ok(()),
             }
         }

@@ -1,17 +1,16 @@
-//! Moving events from the bus into the journal without slowing the bus.
+//! Moving events from the bus into the journal.
 //!
-//! Two threads: a forwarder that takes each event from the journal's bus subscription and
-//! pushes the shared `Arc<Event>` into a queue (it only moves pointers, so it keeps up with
-//! the bus), and a writer that takes everything queued, appends it in one durable
-//! transaction, and then announces the committed batch to the replay sessions.
+//! One thread reads the journal's in-process bus subscription (lossless: a pull-socket
+//! sender waits while the journal is a budget behind, see `halite_bus::Subscription`),
+//! takes everything queued, appends it in one durable transaction, and then announces the
+//! committed batch to the replay sessions. The subscription is the queue: while a batch
+//! commits, the next one gathers there.
 
 use crate::store::Journal;
-use halite_bus::Event;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc;
+use halite_bus::{Event, RecvError, Subscription, TryRecvError};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-use tokio::sync::broadcast::{self, error::RecvError, error::TryRecvError};
+use tokio::sync::broadcast;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error};
 
@@ -20,11 +19,6 @@ pub const MAX_BATCH_EVENTS: usize = 16_384;
 
 /// Body bytes appended in one transaction at most (one event may exceed it alone).
 const MAX_BATCH_BYTES: usize = 8 * 1024 * 1024;
-
-/// Body bytes waiting for the writer at most; beyond this, new events are not journaled
-/// (counted and logged). With events of at most `max_event_size`, this is the memory the
-/// journal may hold on top of the bus's own ring.
-pub const MAX_QUEUED_BYTES: usize = 256 * 1024 * 1024;
 
 /// How often an idle journal applies its age limit.
 pub const PRUNE_INTERVAL: Duration = Duration::from_secs(60);
@@ -37,10 +31,13 @@ pub(crate) const LIVE_CAPACITY: usize = 64;
 /// Why events are missing after a failed append.
 const APPEND_FAILED: &str = "appending to the journal failed";
 
+/// Why events are missing when the bus refused them to the journal.
+const REFUSED: &str = "the journal writer was too far behind the daemon's own events";
+
 /// Events not journaled are logged at most this often.
 const LOSS_LOG_INTERVAL: Duration = Duration::from_secs(1);
 
-/// Tag of the entry the journal stores where it missed events (see [`Entry::Gap`]).
+/// Tag of the entry the journal stores where it missed events: `{"missed": N, "reason": ...}`.
 pub const GAP_TAG: &str = "halite/journal/gap";
 
 /// One journal entry: an event from the bus, or a gap marker.
@@ -136,25 +133,21 @@ impl LossLog {
 }
 
 pub(crate) struct Writer {
-    forward: std::thread::JoinHandle<()>,
     write: std::thread::JoinHandle<()>,
 }
 
 impl Writer {
     /// Starts journaling what `bus` receives until `stop` is cancelled.
     ///
-    /// The forwarder runs on its own thread (with a one-thread runtime) rather than on the
-    /// daemon's runtime: under a flood the daemon's workers are busy reading and writing bus
-    /// sockets, and a forwarder queued behind them would fall more than the bus's ring
-    /// behind and lose events.
+    /// The writer runs on its own thread (with a one-thread runtime) rather than on the
+    /// daemon's runtime: appends block on the disk, and under a flood the daemon's workers
+    /// are busy reading and writing bus sockets.
     pub(crate) fn spawn(
         journal: Arc<Journal>,
-        bus: broadcast::Receiver<Arc<Event>>,
+        bus: Subscription,
         live: broadcast::Sender<Arc<Committed>>,
         stop: CancellationToken,
     ) -> crate::Result<Writer> {
-        let (tx, rx) = mpsc::channel();
-        let queued = Arc::new(AtomicUsize::new(0));
         let path = journal.path().to_owned();
         let io = |source| crate::Error::Io {
             what: "cannot start a thread for",
@@ -162,100 +155,38 @@ impl Writer {
             source,
         };
         let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
             .build()
             .map_err(io)?;
-        let writer_queued = queued.clone();
         let write = std::thread::Builder::new()
             .name("journal-write".into())
-            .spawn(move || write_loop(&journal, &rx, &writer_queued, &live))
+            .spawn(move || runtime.block_on(write_loop(&journal, bus, &live, stop)))
             .map_err(io)?;
-        let forward = std::thread::Builder::new()
-            .name("journal-forward".into())
-            .spawn(move || runtime.block_on(forward(bus, tx, queued, stop)))
-            .map_err(io)?;
-        Ok(Writer { forward, write })
+        Ok(Writer { write })
     }
 
     /// Waits until every event taken from the bus is committed.
     pub(crate) async fn join(self) {
-        let Writer { forward, write } = self;
-        let _ = tokio::task::spawn_blocking(move || {
-            let _ = forward.join();
-            let _ = write.join();
-        })
-        .await;
+        let write = self.write;
+        let _ = tokio::task::spawn_blocking(move || write.join()).await;
     }
 }
 
-/// Moves events from the bus subscription to the writer queue; on `stop`, moves what the
-/// subscription still holds and closes the queue. Events it misses are replaced by one
-/// [`Entry::Gap`] per loss.
-async fn forward(
-    mut bus: broadcast::Receiver<Arc<Event>>,
-    tx: mpsc::Sender<Entry>,
-    queued: Arc<AtomicUsize>,
-    stop: CancellationToken,
-) {
-    const LAGGED: &str = "the journal fell behind the event bus";
-    const FULL: &str = "the journal writer is behind and its queue is full";
-    let mut loss = LossLog::new();
-    // Events dropped because the queue was full, not yet marked in the journal.
-    let mut dropped = 0u64;
-    // The receiver lives as long as the writer thread, which outlives this forwarder.
-    let mut push = |event: Arc<Event>, loss: &mut LossLog| {
-        let size = event.body().len();
-        if queued.load(Ordering::Relaxed) + size > MAX_QUEUED_BYTES {
-            loss.add(1, FULL);
-            dropped += 1;
-            return;
-        }
-        if dropped > 0 {
-            let _ = tx.send(Entry::gap(std::mem::take(&mut dropped), FULL));
-        }
-        queued.fetch_add(size, Ordering::Relaxed);
-        let _ = tx.send(Entry::Bus(event));
-    };
-    let lagged = |n: u64, loss: &mut LossLog| {
-        loss.add(n, LAGGED);
-        let _ = tx.send(Entry::gap(n, LAGGED));
-    };
-    loop {
-        tokio::select! {
-            biased;
-            r = bus.recv() => match r {
-                Ok(event) => push(event, &mut loss),
-                Err(RecvError::Lagged(n)) => lagged(n, &mut loss),
-                Err(RecvError::Closed) => break,
-            },
-            _ = stop.cancelled() => {
-                loop {
-                    match bus.try_recv() {
-                        Ok(event) => push(event, &mut loss),
-                        Err(TryRecvError::Lagged(n)) => lagged(n, &mut loss),
-                        Err(_) => break,
-                    }
-                }
-                break;
-            }
-        }
-    }
-    if dropped > 0 {
-        let _ = tx.send(Entry::gap(dropped, FULL));
-    }
-    if loss.total > 0 {
-        error!(
-            total = loss.total,
-            "Event journal stopping; events were missed while it ran"
-        );
+/// Only bus events count against a batch's size.
+fn body_len(e: &Entry) -> usize {
+    match e {
+        Entry::Bus(ev) => ev.body().len(),
+        Entry::Gap(_) => 0,
     }
 }
 
-/// Appends queued events in batches until the queue is closed and empty.
-fn write_loop(
+/// Appends what `bus` delivers in batches until `stop`; then stops the subscription,
+/// appends what it still holds, and returns.
+async fn write_loop(
     journal: &Journal,
-    rx: &mpsc::Receiver<Entry>,
-    queued: &AtomicUsize,
+    mut bus: Subscription,
     live: &broadcast::Sender<Arc<Committed>>,
+    stop: CancellationToken,
 ) {
     let mut loss = LossLog::new();
     // Events lost to failed appends, not yet marked in the journal.
@@ -267,36 +198,62 @@ fn write_loop(
     };
     // Events that aged out while the master was stopped go at once.
     prune();
+    let mut stopping = false;
     loop {
-        let first = match rx.recv_timeout(PRUNE_INTERVAL) {
-            Ok(e) => e,
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                prune();
-                continue;
+        let first = if stopping {
+            None
+        } else {
+            tokio::select! {
+                biased;
+                r = bus.recv() => Some(r),
+                _ = stop.cancelled() => {
+                    // Nothing more is queued for the journal; what is queued is appended.
+                    bus.close();
+                    stopping = true;
+                    None
+                }
+                _ = tokio::time::sleep(PRUNE_INTERVAL) => {
+                    prune();
+                    continue;
+                }
             }
-            Err(mpsc::RecvTimeoutError::Disconnected) => break,
         };
         let mut batch = Vec::new();
         if failed > 0 {
             batch.push(Entry::gap(failed, APPEND_FAILED));
         }
-        // Only bus events count against the queue limit.
-        let queued_size = |e: &Entry| match e {
-            Entry::Bus(ev) => ev.body().len(),
-            Entry::Gap(_) => 0,
-        };
-        let mut size = queued_size(&first);
-        batch.push(first);
-        while batch.len() < MAX_BATCH_EVENTS && size < MAX_BATCH_BYTES {
-            match rx.try_recv() {
-                Ok(e) => {
-                    size += queued_size(&e);
-                    batch.push(e);
-                }
-                Err(_) => break,
+        let mut size = 0;
+        let mut more = true;
+        match first {
+            Some(Ok(event)) => batch.push(Entry::Bus(event)),
+            Some(Err(RecvError::Lagged(n))) => {
+                loss.add(n, REFUSED);
+                batch.push(Entry::gap(n, REFUSED));
             }
+            Some(Err(RecvError::Closed)) => more = false,
+            None => {}
         }
-        queued.fetch_sub(size, Ordering::Relaxed);
+        if let Some(e) = batch.last() {
+            size += body_len(e);
+        }
+        while more && batch.len() < MAX_BATCH_EVENTS && size < MAX_BATCH_BYTES {
+            let entry = match bus.try_recv() {
+                Ok(event) => Entry::Bus(event),
+                Err(TryRecvError::Lagged(n)) => {
+                    loss.add(n, REFUSED);
+                    Entry::gap(n, REFUSED)
+                }
+                Err(TryRecvError::Empty | TryRecvError::Closed) => break,
+            };
+            size += body_len(&entry);
+            batch.push(entry);
+        }
+        if batch.is_empty() {
+            if stopping || !more {
+                break;
+            }
+            continue;
+        }
         match journal.append(batch.iter().map(Entry::body), now_us()) {
             Ok(done) => {
                 failed = 0;
@@ -316,8 +273,17 @@ fn write_loop(
                 // A gap marker in the failed batch is re-counted by the next one.
                 failed += lost;
                 loss.add(lost, APPEND_FAILED);
+                if stopping {
+                    break;
+                }
             }
         }
+    }
+    if loss.total > 0 {
+        error!(
+            total = loss.total,
+            "Event journal stopping; events were missed while it ran"
+        );
     }
     debug!("Event journal writer stopped");
 }
@@ -325,42 +291,52 @@ fn write_loop(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use halite_bus::{BusServer, BusSockets, SUBSCRIBER_QUEUE_CAPACITY};
+    use crate::store::Retention;
+    use halite_bus::{BusServer, BusSockets, EVENT_OVERHEAD, SUBSCRIBER_BACKLOG_BYTES};
     use halite_proto::value::{self, map};
+    use halite_proto::Value;
 
-    #[tokio::test]
-    async fn events_lost_to_a_lagging_forwarder_leave_a_gap_entry() {
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn events_the_bus_refused_to_a_stuck_journal_leave_a_gap_entry_in_their_place() {
         let dir = tempfile::tempdir().unwrap();
         let server = BusServer::bind(&BusSockets::master(dir.path()), 1 << 20)
             .await
             .unwrap();
         let bus = server.handle();
-        let rx = bus.subscribe();
-        let extra = 808;
-        for i in 0..SUBSCRIBER_QUEUE_CAPACITY + extra {
-            bus.fire("t", map([("i", halite_proto::Value::from(i))]))
+        let sub = bus.subscribe();
+        // In-process fires never wait: past two budgets, the journal is refused some.
+        let pad = value::s("x".repeat(900 << 10));
+        let per_event = (900 << 10) + EVENT_OVERHEAD;
+        let total = 2 * SUBSCRIBER_BACKLOG_BYTES / per_event + 5;
+        for i in 0..total {
+            bus.fire("big", map([("i", Value::from(i)), ("pad", pad.clone())]))
                 .unwrap();
         }
-        let (tx, queue) = mpsc::channel();
+        let refused = bus.dropped_events();
+        assert!(refused > 0, "nothing was refused");
+        let journal = Journal::open(
+            dir.path().join("events.redb"),
+            Retention {
+                max_bytes: 1 << 30,
+                max_age: None,
+            },
+        )
+        .unwrap();
+        let (live, _) = broadcast::channel(LIVE_CAPACITY);
         let stop = CancellationToken::new();
         stop.cancel();
-        forward(rx, tx, Arc::new(AtomicUsize::new(0)), stop).await;
-        let entries: Vec<Entry> = queue.try_iter().collect();
-        assert_eq!(entries.len(), 1 + SUBSCRIBER_QUEUE_CAPACITY);
-        let Entry::Gap(body) = &entries[0] else {
-            panic!("the first entry is not a gap marker")
-        };
-        let (tag, data) = halite_proto::event::unpack_event(body).unwrap();
+        write_loop(&journal, sub, &live, stop).await;
+        let kept = total as u64 - refused;
+        assert_eq!(journal.next_id().unwrap(), kept + 2);
+        let records = journal.read(0, u64::MAX, usize::MAX, usize::MAX).unwrap();
+        for (k, r) in records.iter().take(kept as usize).enumerate() {
+            let (_, data) = halite_proto::event::unpack_event(&r.body).unwrap();
+            assert_eq!(value::get_i64(&data, "i"), Some(k as i64));
+        }
+        let gap = &records.last().unwrap().body;
+        let (tag, data) = halite_proto::event::unpack_event(gap).unwrap();
         assert_eq!(tag, GAP_TAG);
-        assert_eq!(value::get_i64(&data, "missed"), Some(extra as i64));
-        assert_eq!(
-            value::get_str(&data, "reason"),
-            Some("the journal fell behind the event bus")
-        );
-        // What is left starts with the oldest event the ring still held.
-        let Entry::Bus(first) = &entries[1] else {
-            panic!("not a bus event")
-        };
-        assert_eq!(value::get_i64(first.data(), "i"), Some(extra as i64));
+        assert_eq!(value::get_i64(&data, "missed"), Some(refused as i64));
+        assert_eq!(value::get_str(&data, "reason"), Some(REFUSED));
     }
 }

@@ -46,7 +46,7 @@
 use crate::channel::{Channel, EncodedLoad};
 use crate::shutdown::Shutdown;
 use crate::Error;
-use halite_bus::Event;
+use halite_bus::{Event, RecvError, Subscription};
 use halite_proto::event::MINION_EVENT_BLACKLIST;
 use halite_proto::value;
 use halite_proto::Value;
@@ -54,7 +54,6 @@ use halite_target::fnmatch::fnmatch;
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
-use tokio::sync::broadcast::{self, error::RecvError};
 use tokio_util::sync::CancellationToken;
 
 /// Events on the minion bus whose tag starts with this are forwarded.
@@ -618,13 +617,13 @@ pub fn offer_data(forwarders: &[Arc<Forwarder>], data: &Value) -> Result<(), Err
 /// Starts the thread that reads the minion bus until `cancel`, queueing every
 /// `fire_master` event on each of `forwarders`.
 ///
-/// It runs on its own thread (with its own small runtime) rather than beside the bus on
-/// the daemon's runtime: a sender flooding the pull socket can publish thousands of events
-/// before that runtime lets another task run, which would overrun the bus's ring of
-/// [`SUBSCRIBER_QUEUE_CAPACITY`](halite_bus::SUBSCRIBER_QUEUE_CAPACITY) events.
+/// `rx` is lossless (a sender flooding the minion's pull socket waits for this thread), so
+/// no event is lost before it is queued. It runs on its own thread (with its own small
+/// runtime) rather than beside the bus on the daemon's runtime, so a flood that keeps that
+/// runtime busy does not hold the senders back further.
 pub fn start_collector(
     forwarders: Vec<Arc<Forwarder>>,
-    rx: broadcast::Receiver<Arc<Event>>,
+    rx: Subscription,
     cancel: CancellationToken,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -636,11 +635,7 @@ pub fn start_collector(
 }
 
 /// Reads the minion bus until `cancel`, queueing every `fire_master` event.
-async fn collect(
-    forwarders: Vec<Arc<Forwarder>>,
-    mut rx: broadcast::Receiver<Arc<Event>>,
-    cancel: CancellationToken,
-) {
+async fn collect(forwarders: Vec<Arc<Forwarder>>, mut rx: Subscription, cancel: CancellationToken) {
     loop {
         let got = tokio::select! {
             _ = cancel.cancelled() => return,

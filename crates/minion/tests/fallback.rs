@@ -5,8 +5,8 @@
 //! `pkg.list_pkgs`, `file.file_exists` and `user.info root` give what stock `salt-call`
 //! gives on this host; events fired by Salt's modules reach the master; killing a job kills
 //! its processes; the worker is gone after its idle timeout (the minion's RSS is printed
-//! before, with and after it); and
-//! without Salt, a function Halite lacks says clearly that it is not available.
+//! before, with and after it); `halite-call state.apply` runs through the same fallback;
+//! and without Salt, a function Halite lacks says clearly that it is not available.
 
 mod common;
 
@@ -415,6 +415,22 @@ fn state_apply_through_the_fallback_matches_a_stock_minion_against_a_halite_mast
     let out = prepare(&root);
     let _procs = start_all(&root, false);
     apply_beside_stock(&root, &out);
+
+    // `halite-call state.apply` on the minion's host: the same fallback, through the
+    // call's own channel to the master (the tree is applied already: nothing changes).
+    let mut cmd = Command::new(halite_bin("halite-call"));
+    cmd.arg("-c")
+        .arg(root.minion_config_dir(HALITE))
+        .args(["state.apply", "--out", "json"])
+        .env("PATH", path_with_salt());
+    let run = run_command(cmd, Duration::from_secs(180));
+    let stdout = assert_success("halite-call state.apply", &run);
+    let docs = json_documents(stdout.as_bytes());
+    assert_eq!(docs.len(), 1, "{stdout}");
+    assert!(
+        !check_states(&docs[0]["local"], "halite-call"),
+        "halite-call state.apply changed something on a second application: {stdout}"
+    );
 }
 
 #[test]

@@ -582,6 +582,8 @@ async fn measure(
         }
         let until = if stopped { drain_end } else { end };
         match tokio::time::timeout_at(until, events.recv()).await {
+            // A gap event says events were lost; it is not one of the swarm's.
+            Ok(Ok(Some(ev))) if ev.tag() == halite_bus::GAP_TAG => {}
             Ok(Ok(Some(ev))) => {
                 let arrived = unix_now();
                 if !stopped {
