@@ -352,7 +352,11 @@ fn start_worker(python: &Path, n: usize, spec: &Spec) -> Result<Worker, String> 
         .map_err(|e| format!("{name} did not start: {e}"))?;
     match ready {
         Some(v) if value::get(&v, "ready") == Some(&Value::from(true)) => {
-            tracing::debug!("{name} is ready (pid {})", worker.pid());
+            tracing::debug!(
+                "{name} is ready (pid {}; loaders reused between requests: {})",
+                worker.pid(),
+                value::get(&v, "reuse").is_some_and(value::truthy)
+            );
             Ok(worker)
         }
         Some(v) => Err(format!(
