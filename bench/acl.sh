@@ -507,31 +507,8 @@ mkdir -p "$HALITE_USER_HOME"
 chown "$user:" "$HALITE_USER_HOME"
 
 write_master_config() {
-  local conf=$1 root=$2 pub=$3 ret=$4
-  mkdir -p "$conf" "$root"/{pki,cache,sock,log,run,srv/salt,srv/pillar}
-  cat > "$conf/master" <<CONF
-interface: 127.0.0.1
-publish_port: $pub
-ret_port: $ret
-user: root
-root_dir: $root
-pki_dir: $root/pki
-cachedir: $root/cache
-sock_dir: $root/sock
-pidfile: $root/run/salt-master.pid
-log_file: $root/log/master
-key_logfile: $root/log/key
-log_level: warning
-log_level_logfile: info
-auto_accept: True
-file_roots:
-  base:
-    - $root/srv/salt
-pillar_roots:
-  base:
-    - $root/srv/pillar
-publisher_acl: $acl_json
-CONF
+  master_config "$@"
+  echo "publisher_acl: $acl_json" >> "$1/master"
 }
 
 # scenario MASTER: start, wait for the minions, open what stock needs, measure.

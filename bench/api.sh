@@ -115,30 +115,10 @@ bench_init api-bench
 helper() { waited "$py" "$helper_py" "$@"; }
 
 write_master_config() {
-  local conf=$1 root=$2 pub=$3 ret=$4 api=$5
-  mkdir -p "$conf" "$root"/{pki,cache,sock,log,run,srv/salt,srv/pillar}
+  local conf=$1 root=$2 api=$5
+  master_config "$conf" "$root" "$3" "$4" warning
   printf 'bench:bench\n' > "$root/eauth-users"
-  cat > "$conf/master" <<CONF
-interface: 127.0.0.1
-publish_port: $pub
-ret_port: $ret
-user: $(id -un)
-root_dir: $root
-pki_dir: $root/pki
-cachedir: $root/cache
-sock_dir: $root/sock
-pidfile: $root/run/salt-master.pid
-log_file: $root/log/master
-key_logfile: $root/log/key
-log_level: warning
-log_level_logfile: warning
-auto_accept: True
-file_roots:
-  base:
-    - $root/srv/salt
-pillar_roots:
-  base:
-    - $root/srv/pillar
+  cat >> "$conf/master" <<CONF
 external_auth:
   file:
     ^filename: $root/eauth-users

@@ -78,21 +78,12 @@ while awk -v l="$(load1)" -v m="$max_load" 'BEGIN{exit !(l >= m)}'; do
   sleep 15; waited=$((waited + 15))
 done
 
+venv=$HALITE_SALT_VENV
+# shellcheck source=bench/lib.sh
+. "$repo/bench/lib.sh"
 {
-  echo "date: $(date -Is)"
-  if git -C "$repo" rev-parse --git-dir >/dev/null 2>&1; then
-    echo "commit: $(git -C "$repo" rev-parse --short HEAD)"
-    echo "worktree: $(git -C "$repo" status --porcelain | wc -l) changed paths, diff sha1 $(git -C "$repo" diff HEAD | sha1sum | cut -c1-12) (uncommitted work is part of what was measured)"
-  else
-    echo "commit: ${HALITE_COMMIT:-unknown} (not a git checkout: $repo)"
-  fi
-  echo "kernel: $(uname -r)"
-  echo "cpus: $(nproc)"
-  grep -m1 'model name' /proc/cpuinfo || true
-  free -m | sed -n 2p
-  echo "load before: $(cut -d' ' -f1-3 /proc/loadavg) (waited ${waited} s for it)"
-  echo "salt: $("$HALITE_SALT_VENV/bin/python" -c 'import salt.version; print(salt.version.__version__)' 2>/dev/null || echo none) ($HALITE_SALT_VENV)"
-  echo "run directories: ${HALITE_TEMP_BASE:-/tmp}"
+  machine_header
+  echo "waited ${waited} s for the load average"
   echo "args: ${run_args[*]}"
 } > "$results/machine.txt"
 

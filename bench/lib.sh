@@ -9,6 +9,7 @@
 #   waited CMD...         CMD in the background, waited for (a signal reaches the trap)
 #   stop_all              SIGTERM then SIGKILL to every process start_bg started
 #   tree_cpu PID          utime+stime (s) of PID and its descendants
+#   master_config CONF ROOT PUB RET [LOGFILE_LEVEL]   the options every run's master shares
 #   write_minion_config DIR ID RET_PORT
 #
 # Every script keeps its own flags, scenarios and tables; only process handling and the
@@ -118,6 +119,36 @@ tree_cpu() {
   for p in "$1" $(descendants "$1"); do
     awk -v t="$tck" '{sub(/^.*\) /, ""); print ($12+$13)/t}' /proc/"$p"/stat 2>/dev/null
   done | awk '{s+=$1} END{printf "%.2f\n", s}'
+}
+
+# master_config CONF ROOT PUB RET [LOGFILE_LEVEL]: CONF/master with what every run's master
+# shares (loopback, the ports, every path under ROOT, auto_accept, file_roots and
+# pillar_roots under ROOT/srv); the caller appends its own options to CONF/master.
+master_config() {
+  local conf=$1 root=$2 pub=$3 ret=$4 file_level=${5:-info}
+  mkdir -p "$conf" "$root"/{pki,cache,sock,log,run,srv/salt,srv/pillar}
+  cat > "$conf/master" <<CONF
+interface: 127.0.0.1
+publish_port: $pub
+ret_port: $ret
+user: $(id -un)
+root_dir: $root
+pki_dir: $root/pki
+cachedir: $root/cache
+sock_dir: $root/sock
+pidfile: $root/run/salt-master.pid
+log_file: $root/log/master
+key_logfile: $root/log/key
+log_level: warning
+log_level_logfile: $file_level
+auto_accept: True
+file_roots:
+  base:
+    - $root/srv/salt
+pillar_roots:
+  base:
+    - $root/srv/pillar
+CONF
 }
 
 write_minion_config() {

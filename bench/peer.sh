@@ -98,35 +98,14 @@ done
 helper() { waited "$py" "$helper_py" "$@"; }
 
 write_master_config() {
-  local conf=$1 root=$2 pub=$3 ret=$4
-  mkdir -p "$conf" "$root"/{pki,cache,sock,log,run,srv/salt,srv/pillar}
-  cat > "$conf/master" <<CONF
-interface: 127.0.0.1
-publish_port: $pub
-ret_port: $ret
-user: $(id -un)
-root_dir: $root
-pki_dir: $root/pki
-cachedir: $root/cache
-sock_dir: $root/sock
-pidfile: $root/run/salt-master.pid
-log_file: $root/log/master
-key_logfile: $root/log/key
-log_level: warning
-log_level_logfile: info
-auto_accept: True
+  master_config "$@"
+  cat >> "$1/master" <<CONF
 peer:
   .*:
     - .*
 peer_run:
   .*:
     - manage.*
-file_roots:
-  base:
-    - $root/srv/salt
-pillar_roots:
-  base:
-    - $root/srv/pillar
 CONF
 }
 

@@ -117,31 +117,8 @@ SLS
 }
 
 write_master_config() {
-  local conf=$1 root=$2 pub=$3 ret=$4
-  mkdir -p "$conf" "$root"/{pki,cache,sock,log,run}
-  cat > "$conf/master" <<CONF
-interface: 127.0.0.1
-publish_port: $pub
-ret_port: $ret
-user: $(id -un)
-root_dir: $root
-pki_dir: $root/pki
-cachedir: $root/cache
-sock_dir: $root/sock
-pidfile: $root/run/salt-master.pid
-log_file: $root/log/master
-key_logfile: $root/log/key
-log_level: warning
-log_level_logfile: info
-auto_accept: True
-file_roots:
-  base:
-    - $root/srv/salt
-pillar_roots:
-  base:
-    - $root/srv/pillar
-halite_salt_python: $venv/bin/python3
-CONF
+  master_config "$@"
+  echo "halite_salt_python: $venv/bin/python3" >> "$1/master"
 }
 
 scenario() {

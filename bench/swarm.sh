@@ -18,15 +18,11 @@ mkdir -p "$results"
 
 cargo build --release --locked -p halite-swarm -p halite-master
 
+venv=${HALITE_SALT_VENV:-$repo/.salt-venv}
+# shellcheck source=bench/lib.sh
+. "$repo/bench/lib.sh"
 {
-  echo "date: $(date -Is)"
-  echo "commit: $(git -C "$repo" rev-parse --short HEAD 2>/dev/null || echo unknown)"
-  echo "kernel: $(uname -r)"
-  echo "cpus: $(nproc)"
-  grep -m1 'model name' /proc/cpuinfo || true
-  free -m | sed -n 2p
-  echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
-  echo "RLIMIT_NOFILE: soft $(ulimit -Sn) hard $(ulimit -Hn)"
+  machine_header
   echo "args: $*"
 } > "$results/machine.txt"
 

@@ -103,13 +103,13 @@ fn unix_now() -> f64 {
         .unwrap_or(0.0)
 }
 
-/// Sends one encrypted request and opens the reply.
-async fn send_aes(
+/// Sends one encrypted request; the reply (still sealed) and the nonce it must carry.
+async fn exchange(
     shared: &Shared,
     key: &MinionKey,
     session: &Crypticle,
     load: Value,
-) -> Result<Value, Error> {
+) -> Result<(Value, String), Error> {
     let nonce = new_nonce();
     let who = Requester {
         id: &key.id,
@@ -122,11 +122,26 @@ async fn send_aes(
         .pool
         .request(value::encode(&body), shared.timing.request_timeout)
         .await?;
-    let reply = value::decode(&reply)?;
-    open_reply(session, &reply, &nonce).map_err(|e| match e {
+    Ok((value::decode(&reply)?, nonce))
+}
+
+/// The swarm's error for a reply that cannot be opened.
+fn reply_error(e: ReplyError) -> Error {
+    match e {
         ReplyError::Reauth(why) => Error::Reauth(why),
         ReplyError::Invalid(e) => Error::Proto(e),
-    })
+    }
+}
+
+/// Sends one encrypted request and opens the reply.
+async fn send_aes(
+    shared: &Shared,
+    key: &MinionKey,
+    session: &Crypticle,
+    load: Value,
+) -> Result<Value, Error> {
+    let (reply, nonce) = exchange(shared, key, session, load).await?;
+    open_reply(session, &reply, &nonce).map_err(reply_error)
 }
 
 /// Sends a `_pillar` request and opens its master-signed private reply.
@@ -137,19 +152,7 @@ async fn send_pillar(
     master_pub: &str,
     load: Value,
 ) -> Result<(), Error> {
-    let nonce = new_nonce();
-    let who = Requester {
-        id: &key.id,
-        tok: &key.tok,
-        enc_algo: ENC,
-        sig_algo: SIG,
-    };
-    let body = aes_request(session, &who, load, &nonce, unix_now() as i64)?;
-    let reply = shared
-        .pool
-        .request(value::encode(&body), shared.timing.request_timeout)
-        .await?;
-    let reply = value::decode(&reply)?;
+    let (reply, nonce) = exchange(shared, key, session, load).await?;
     let master = PublicKey::from_pem(master_pub.as_bytes())?;
     let keys = PrivateReplyKeys {
         key: &key.key,
@@ -159,10 +162,7 @@ async fn send_pillar(
     };
     open_pillar_reply(&reply, &keys, &nonce)
         .map(drop)
-        .map_err(|e| match e {
-            ReplyError::Reauth(why) => Error::Reauth(why),
-            ReplyError::Invalid(e) => Error::Proto(e),
-        })
+        .map_err(reply_error)
 }
 
 /// Runs minion `index` until its key is refused or the swarm stops.
