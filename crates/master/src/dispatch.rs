@@ -152,8 +152,8 @@ pub struct AesCall<'a> {
 /// An encrypted-command handler.
 type AesHandler = fn(&Master, AesCall<'_>) -> AesReply;
 
-/// The encrypted commands this master answers (`AESFuncs`). Any other command gets `{}`,
-/// as Salt answers unknown commands.
+/// The encrypted commands this master answers (`AESFuncs`), besides the fileserver's
+/// ([`aes_handler`]). Any other command gets `{}`, as Salt answers unknown commands.
 const AES_HANDLERS: &[(&str, AesHandler)] = &[
     ("_return", Master::handle_return),
     ("_pillar", Master::handle_pillar),
@@ -164,23 +164,35 @@ const AES_HANDLERS: &[(&str, AesHandler)] = &[
     ("minion_publish", Master::handle_minion_publish),
     ("pub_ret", Master::handle_pub_ret),
     ("minion_runner", Master::handle_minion_runner),
-    // The fileserver (`halite_fileserver::Command::ALL`).
-    ("_serve_file", Master::handle_fileserver),
-    ("_file_find", Master::handle_fileserver),
-    ("_file_hash", Master::handle_fileserver),
-    ("_file_hash_and_stat", Master::handle_fileserver),
-    ("_file_list", Master::handle_fileserver),
-    ("_file_list_emptydirs", Master::handle_fileserver),
-    ("_dir_list", Master::handle_fileserver),
-    ("_symlink_list", Master::handle_fileserver),
-    ("_file_envs", Master::handle_fileserver),
-    ("_master_tops", Master::handle_fileserver),
 ];
 
-/// Every command of both tables: the `cmd` values the request-latency histogram knows.
+/// The fileserver's commands (`halite_fileserver::Command::ALL`), all answered by
+/// [`Master::handle_fileserver`].
+fn fileserver_commands() -> impl Iterator<Item = &'static str> {
+    halite_fileserver::Command::ALL
+        .iter()
+        .map(|(name, _)| *name)
+}
+
+/// The handler of encrypted command `cmd`, with the command's static name.
+fn aes_handler(cmd: &str) -> Option<(&'static str, AesHandler)> {
+    AES_HANDLERS
+        .iter()
+        .copied()
+        .find(|(name, _)| *name == cmd)
+        .or_else(|| {
+            fileserver_commands()
+                .find(|name| *name == cmd)
+                .map(|name| (name, Master::handle_fileserver as AesHandler))
+        })
+}
+
+/// Every command this master answers: the `cmd` values the request-latency histogram
+/// knows.
 pub(crate) fn command_names() -> impl Iterator<Item = &'static str> {
     let clear = CLEAR_HANDLERS.iter().map(|(name, _)| *name);
-    clear.chain(AES_HANDLERS.iter().map(|(name, _)| *name))
+    let aes = AES_HANDLERS.iter().map(|(name, _)| *name);
+    clear.chain(aes).chain(fileserver_commands())
 }
 
 pub(crate) fn bad_load() -> Value {
@@ -361,9 +373,9 @@ impl Master {
         }
         let cmd = value::get_str(&req.load, "cmd").unwrap_or("");
         let mut timed = None;
-        let reply = match AES_HANDLERS.iter().find(|(name, _)| *name == cmd) {
+        let reply = match aes_handler(cmd) {
             Some((name, handler)) => {
-                timed = Some(*name);
+                timed = Some(name);
                 let call = AesCall {
                     id,
                     load: req.load,
