@@ -130,6 +130,9 @@ pub struct Master {
     watch: JobWatch,
     jids: Mutex<JidGenerator>,
     grains: RwLock<HashMap<String, Value>>,
+    /// The pillars compiled for minions (with `minion_data_cache`, as stock's cache keeps
+    /// them), for `-I`/`-J` targeting; written from the pillar pool's thread.
+    pillars: Arc<RwLock<HashMap<String, Value>>>,
     client_keys: Vec<(String, String)>,
     regex: halite_target::RegexCache,
     acl: handlers::peer::PeerAcls,
@@ -241,6 +244,7 @@ impl Master {
             watch: JobWatch::new(stats.clone()),
             jids: Mutex::new(JidGenerator::default()),
             grains: RwLock::new(HashMap::new()),
+            pillars: Arc::new(RwLock::new(HashMap::new())),
             regex: halite_target::RegexCache::new(256),
             acl,
             access,
@@ -315,20 +319,32 @@ impl Master {
         delimiter: &str,
     ) -> (Vec<String>, Vec<String>) {
         let ids = self.keys.accepted_ids();
+        let r = self.with_data_cache(|cache| {
+            let ck = halite_target::CkMinions {
+                accepted: &ids,
+                cache,
+                regexes: &self.regex,
+                minion_data_cache: self.cfg.minion_data_cache,
+                nodegroups: self.cfg.get("nodegroups"),
+            };
+            let r = ck.check_minions(tgt, tgt_type, delimiter, true);
+            (
+                r.minions.into_iter().map(str::to_owned).collect::<Vec<_>>(),
+                r.missing,
+            )
+        });
+        r
+    }
+
+    /// Runs `f` with the minion data the targeting code reads: the grains minions sent
+    /// and the pillars compiled for them.
+    fn with_data_cache<R>(&self, f: impl FnOnce(&MinionData<'_>) -> R) -> R {
         let grains = self.grains.read().unwrap_or_else(|e| e.into_inner());
-        let cache = GrainsCache(&grains);
-        let ck = halite_target::CkMinions {
-            accepted: &ids,
-            cache: &cache,
-            regexes: &self.regex,
-            minion_data_cache: self.cfg.minion_data_cache,
-            nodegroups: self.cfg.get("nodegroups"),
-        };
-        let r = ck.check_minions(tgt, tgt_type, delimiter, true);
-        (
-            r.minions.into_iter().map(str::to_owned).collect(),
-            r.missing,
-        )
+        let pillars = self.pillars.read().unwrap_or_else(|e| e.into_inner());
+        f(&MinionData {
+            grains: &grains,
+            pillars: &pillars,
+        })
     }
 
     /// Applies key-directory changes: drops session keys of removed minions, rotates the
@@ -350,6 +366,15 @@ impl Master {
                 KeyChange::Removed(id) => {
                     tracing::info!("Key for minion {id} is no longer accepted");
                     self.sessions.remove(&id);
+                    // Its cached data goes with its key, as `salt-key -d` flushes it.
+                    self.grains
+                        .write()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .remove(&id);
+                    self.pillars
+                        .write()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .remove(&id);
                     rotate = true;
                     let act = match self.keys.store().get(&id) {
                         Ok(Some((halite_proto::auth::KeyState::Rejected, _))) => "reject",
@@ -376,18 +401,25 @@ impl Master {
     }
 }
 
-/// The grains minions sent with their pillar requests, seen by the targeting code.
-struct GrainsCache<'a>(&'a HashMap<String, Value>);
+/// The grains minions sent with their pillar requests and the pillars compiled for them,
+/// seen by the targeting code.
+struct MinionData<'a> {
+    grains: &'a HashMap<String, Value>,
+    pillars: &'a HashMap<String, Value>,
+}
 
-impl halite_target::MinionDataCache for GrainsCache<'_> {
+impl halite_target::MinionDataCache for MinionData<'_> {
     fn has_grains(&self, id: &str) -> bool {
-        self.0.contains_key(id)
+        self.grains.contains_key(id)
     }
 
     fn fetch(&self, bank: halite_target::Bank, id: &str) -> Option<std::borrow::Cow<'_, Value>> {
         match bank {
-            halite_target::Bank::Grains => self.0.get(id).map(std::borrow::Cow::Borrowed),
-            halite_target::Bank::Pillar => Some(std::borrow::Cow::Owned(Value::Map(vec![]))),
+            halite_target::Bank::Grains => self.grains.get(id).map(std::borrow::Cow::Borrowed),
+            halite_target::Bank::Pillar => Some(self.pillars.get(id).map_or_else(
+                || std::borrow::Cow::Owned(Value::Map(vec![])),
+                std::borrow::Cow::Borrowed,
+            )),
         }
     }
 }

@@ -132,7 +132,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 #[test]
-fn two_minions_see_only_their_own_pillar_and_refresh_brings_changes() {
+fn two_minions_see_only_their_own_pillar_are_targeted_by_it_and_refresh_brings_changes() {
     let root = TempRoot::new();
     write_pillar(&root);
     root.write_master_config(&master_yaml());
@@ -149,6 +149,15 @@ fn two_minions_see_only_their_own_pillar_and_refresh_brings_changes() {
         items.get("m2"),
         Some(&json!({"who": "m2", "kernel": "Linux", "secret": "two"})),
         "{items:?}"
+    );
+
+    // Pillar targeting: the master expects the minions whose compiled pillar matches
+    // (stock's minion data cache), so `-I` waits for m1 and only m1.
+    let targeted = halite_json(&root, &["-I", "secret:one", "test.ping", "-t", "60"]);
+    assert_eq!(
+        Value::Object(targeted.clone()),
+        json!({"m1": true}),
+        "{targeted:?}"
     );
 
     // A changed pillar reaches the minion's in-memory pillar after refresh_pillar.

@@ -119,11 +119,29 @@ impl Master {
             nonce: nonce.to_owned(),
             id: call.id.to_owned(),
         };
+        // Kept for `-I`/`-J` targeting, as stock's `_sync_pillar` stores it in the minion
+        // data cache (with `minion_data_cache`, the default).
+        let keep = self.cfg.minion_data_cache.then(|| self.pillars.clone());
+        let id = call.id.to_owned();
+        let kept = move |pillar: &Value| {
+            if let (Some(pillars), Value::Map(_)) = (&keep, pillar) {
+                pillars
+                    .write()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(id, pillar.clone());
+            }
+        };
         match self.pillar.answer(call.id, call.load) {
-            Answer::Ready(pillar) => AesReply::Private(seal.reply(&pillar)),
+            Answer::Ready(pillar) => {
+                kept(&pillar);
+                AesReply::Private(seal.reply(&pillar))
+            }
             Answer::Pending(pending) => {
                 let reply_to = call.reply_to;
-                pending.then(move |pillar| reply_to.send_private(&seal.reply(&pillar)));
+                pending.then(move |pillar| {
+                    kept(&pillar);
+                    reply_to.send_private(&seal.reply(&pillar));
+                });
                 AesReply::Held
             }
         }

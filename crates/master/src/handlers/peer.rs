@@ -468,16 +468,16 @@ impl halite_acl::Targets for AclTargets<'_> {
     ) -> Option<&'c str> {
         let m = self.0;
         let ids = m.keys.accepted_ids();
-        let grains = m.grains.read().unwrap_or_else(|e| e.into_inner());
-        let cache = crate::GrainsCache(&grains);
-        let ck = halite_target::CkMinions {
-            accepted: &ids,
-            cache: &cache,
-            regexes: &m.regex,
-            minion_data_cache: m.cfg.minion_data_cache,
-            nodegroups: m.cfg.get("nodegroups"),
-        };
-        halite_acl::Targets::first_outside(&ck, tgt, tgt_type, candidates)
+        m.with_data_cache(|cache| {
+            let ck = halite_target::CkMinions {
+                accepted: &ids,
+                cache,
+                regexes: &m.regex,
+                minion_data_cache: m.cfg.minion_data_cache,
+                nodegroups: m.cfg.get("nodegroups"),
+            };
+            halite_acl::Targets::first_outside(&ck, tgt, tgt_type, candidates)
+        })
     }
 }
 
