@@ -74,8 +74,20 @@ fn minion_defaults_equal_salts_applied_defaults() {
 fn missing_master_file_means_salt_defaults() {
     let dir = tempfile::tempdir().unwrap();
     let cfg = MasterConfig::load(dir.path()).unwrap();
-    assert_eq!(cfg.id, format!("{}_master", generate_minion_id()));
-    assert_eq!(cfg.id_source, IdSource::Generated);
+    // Salt's id rules read the host's cached minion id (`/etc/salt/minion_id`) when there
+    // is one: a host with Salt installed has it.
+    let cached = Path::new("/etc/salt/minion_id");
+    match std::fs::read_to_string(cached) {
+        Ok(text) => {
+            let id = text.lines().next().unwrap_or("").trim().to_owned();
+            assert_eq!(cfg.id, format!("{id}_master"));
+            assert_eq!(cfg.id_source, IdSource::Cached(cached.to_owned()));
+        }
+        Err(_) => {
+            assert_eq!(cfg.id, format!("{}_master", generate_minion_id()));
+            assert_eq!(cfg.id_source, IdSource::Generated);
+        }
+    }
     assert_eq!(cfg.interface, "0.0.0.0");
     assert!(!cfg.ipv6);
     assert_eq!((cfg.publish_port, cfg.ret_port), (4505, 4506));
