@@ -556,6 +556,17 @@ fn os_load(id: &str, os: &str) -> Value {
     load_of(id, map([("os", s(os))]))
 }
 
+/// Asks `p` for each `(minion, os grain)` in turn: the loads sent and the pillars answered.
+fn ask_in_turn(p: &Pillars, asked: &[(&str, &str)]) -> (Vec<Value>, Vec<Value>) {
+    let loads: Vec<Value> = asked.iter().map(|(id, os)| os_load(id, os)).collect();
+    let ours = asked
+        .iter()
+        .zip(&loads)
+        .map(|((id, _), load)| ask(p, id, load.clone()))
+        .collect();
+    (loads, ours)
+}
+
 #[test]
 fn interleaved_minions_see_only_their_own_grains_context_and_pillar() {
     let dir = tempfile::tempdir().unwrap();
@@ -566,12 +577,7 @@ fn interleaved_minions_see_only_their_own_grains_context_and_pillar() {
         ("m1", "Arch"),
         ("m2", "Debian"),
     ];
-    let loads: Vec<Value> = asked.iter().map(|(id, os)| os_load(id, os)).collect();
-    let ours: Vec<Value> = asked
-        .iter()
-        .zip(&loads)
-        .map(|((id, _), load)| ask(&p, id, load.clone()))
-        .collect();
+    let (loads, ours) = ask_in_turn(&p, &asked);
     for ((id, os), pillar) in asked.iter().zip(&ours) {
         let context = format!("{id} with os {os}: {pillar:?}");
         assert!(errors_of(pillar).is_empty(), "{context}");
@@ -674,12 +680,7 @@ fn a_render_error_for_one_minion_does_not_break_the_next() {
         ("bad", "Arch"),
         ("m2", "Fedora"),
     ];
-    let loads: Vec<Value> = asked.iter().map(|(id, os)| os_load(id, os)).collect();
-    let ours: Vec<Value> = asked
-        .iter()
-        .zip(&loads)
-        .map(|((id, _), load)| ask(&p, id, load.clone()))
-        .collect();
+    let (loads, ours) = ask_in_turn(&p, &asked);
     for ((id, _), pillar) in asked.iter().zip(&ours) {
         assert_eq!(
             errors_of(pillar).is_empty(),
@@ -699,12 +700,7 @@ fn a_raising_ext_pillar_or_module_is_reported_as_stock_and_the_worker_goes_on() 
     let dir = tempfile::tempdir().unwrap();
     let (p, conf) = reuse_service(dir.path(), "ext_pillar:\n  - boom: {}\n");
     let asked = [("m1", "Debian"), ("failing", "Debian"), ("m2", "Arch")];
-    let loads: Vec<Value> = asked.iter().map(|(id, os)| os_load(id, os)).collect();
-    let ours: Vec<Value> = asked
-        .iter()
-        .zip(&loads)
-        .map(|((id, _), load)| ask(&p, id, load.clone()))
-        .collect();
+    let (loads, ours) = ask_in_turn(&p, &asked);
     for ((id, _), pillar) in asked.iter().zip(&ours) {
         let errors = errors_of(pillar);
         assert!(
