@@ -433,20 +433,30 @@ mod tests {
         assert!(pid_alive(pid));
         drop(w);
         assert!(!pid_alive(pid), "the worker is gone after drop");
-        // Its child (same process group) is killed too.
-        let group_left = std::fs::read_dir("/proc")
-            .unwrap()
-            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-            .filter(|p| {
-                std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|stat| {
-                    let fields: Vec<&str> = stat
-                        .rsplit_once(')')
-                        .map(|(_, r)| r.split_whitespace().collect())
-                        .unwrap_or_default();
-                    fields.get(2) == Some(&pid.to_string().as_str()) && fields.first() != Some(&"Z")
+        // Its child (same process group) is killed too; the signal to the group is
+        // delivered asynchronously, so the child may take a moment to die.
+        let group_alive = || {
+            std::fs::read_dir("/proc")
+                .unwrap()
+                .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+                .filter(|p| {
+                    std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|stat| {
+                        let fields: Vec<&str> = stat
+                            .rsplit_once(')')
+                            .map(|(_, r)| r.split_whitespace().collect())
+                            .unwrap_or_default();
+                        fields.get(2) == Some(&pid.to_string().as_str())
+                            && fields.first() != Some(&"Z")
+                    })
                 })
-            })
-            .count();
+                .count()
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let mut group_left = group_alive();
+        while group_left > 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+            group_left = group_alive();
+        }
         assert_eq!(
             group_left, 0,
             "nothing of the worker's process group survives"
