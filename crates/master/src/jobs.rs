@@ -4,6 +4,18 @@
 //! Back-pressure, not loss: the queue is bounded ([`QUEUE_CAPACITY`] writes,
 //! [`QUEUE_BYTES`] bytes of them); when it is full a worker waits, which slows the minions that are returning — a return the master accepted
 //! is never dropped. Returns waiting in the queue are written in one redb transaction.
+//!
+//! A return is acknowledged to its minion only once it is written: the request handler
+//! holds the reply and hands it to the writer ([`Ack`]), which sends it after the batch
+//! holding the return is committed (redb, and with `job_cache` on its `local_cache` file).
+//! So a crash of the master loses no return a minion was told the master has; a minion
+//! whose return was not acknowledged sends it again (`return_retry_tries`). Group commit:
+//! one redb commit (one `fsync`) acknowledges every return of the batch.
+//!
+//! `job_cache: False` (Salt's option: the master keeps no returns in its job cache) keeps
+//! the returns out of the `local_cache` tree, as a stock master does; Halite still stores
+//! them in redb, where `halite-run jobs.*`, `find_job` and peer publishing read them. The
+//! loads are written either way (the stock `salt` CLI reads `.load.p`).
 //! The writer also applies `keep_jobs_seconds` retention every [`CLEAN_INTERVAL`].
 //!
 //! When the job cache cannot be written (a read-only or full file system, a permission
@@ -69,8 +81,13 @@ pub enum JobOp {
         /// few hundred bytes per return instead of a tree of small allocations (heaptrack:
         /// ~57 MiB for a backlog at 10,000 minions).
         packed: Vec<u8>,
+        /// Sends the minion its reply once the return is written (taken when sent).
+        ack: Option<Ack>,
     },
 }
+
+/// Acknowledges a return to its minion (sends the held `_return` reply).
+pub type Ack = Box<dyn FnOnce() + Send>;
 
 impl JobOp {
     /// What this write counts for in [`QUEUE_BYTES`].
@@ -79,7 +96,9 @@ impl JobOp {
             JobOp::Load { minions, .. } => {
                 LOAD_BYTES + minions.iter().map(|m| m.len() + 32).sum::<usize>()
             }
-            JobOp::Return { jid, id, packed } => packed.len() + jid.len() + id.len() + 64,
+            JobOp::Return {
+                jid, id, packed, ..
+            } => packed.len() + jid.len() + id.len() + 64,
         }
     }
 }
@@ -92,8 +111,10 @@ pub trait JobSink: Send + Sync {
     /// right after the publish reply); the rest may be written later. `Err` (naming the
     /// path that failed) when the job cache cannot take a new job: the job must not go out.
     fn save_load(&self, jid: &str, load: Value, minions: Vec<String>) -> Result<(), String>;
-    /// A minion returned; `packed` is the msgpack of its full return load.
-    fn add_return(&self, jid: String, id: String, packed: Vec<u8>);
+    /// A minion returned; `packed` is the msgpack of its full return load. `ack` is called
+    /// once the return is written (or kept in memory while the job cache cannot be
+    /// written); never for a return that is lost.
+    fn add_return(&self, jid: String, id: String, packed: Vec<u8>, ack: Ack);
 }
 
 /// The daemon's job sink: the `local_cache` load written at once, everything else queued
@@ -121,8 +142,13 @@ impl JobSink for JobCache {
         Ok(())
     }
 
-    fn add_return(&self, jid: String, id: String, packed: Vec<u8>) {
-        self.writer.send(JobOp::Return { jid, id, packed });
+    fn add_return(&self, jid: String, id: String, packed: Vec<u8>, ack: Ack) {
+        self.writer.send(JobOp::Return {
+            jid,
+            id,
+            packed,
+            ack: Some(ack),
+        });
     }
 }
 
@@ -230,9 +256,11 @@ pub fn unix_now() -> u64 {
 
 impl JobWriter {
     /// Starts the writer thread; panics in it are counted in `stats`.
+    /// Returns go into the `local_cache` tree when `returns_in_tree` (Salt's `job_cache`).
     pub fn spawn(
         store: Arc<dyn JobStore>,
         local: LocalCacheWriter,
+        returns_in_tree: bool,
         keep_jobs_seconds: u64,
         stats: Arc<Stats>,
     ) -> (Self, JoinHandle<()>) {
@@ -243,6 +271,7 @@ impl JobWriter {
         let writer = Writer {
             store,
             local,
+            returns_in_tree,
             keep: keep_jobs_seconds,
             health: health.clone(),
             stats,
@@ -316,8 +345,10 @@ struct Pending {
 }
 
 impl Pending {
-    fn new(op: JobOp) -> Self {
-        let local_done = matches!(op, JobOp::Load { .. });
+    /// A queued write; a return's `local_cache` part is done from the start unless
+    /// `returns_in_tree`.
+    fn new(op: JobOp, returns_in_tree: bool) -> Self {
+        let local_done = matches!(op, JobOp::Load { .. }) || !returns_in_tree;
         Pending {
             op,
             local_done,
@@ -328,6 +359,15 @@ impl Pending {
 
     fn done(&self) -> bool {
         self.local_done && self.stored
+    }
+
+    /// Sends a return's held reply (once).
+    fn acknowledge(&mut self) {
+        if let JobOp::Return { ack, .. } = &mut self.op {
+            if let Some(ack) = ack.take() {
+                ack();
+            }
+        }
     }
 
     fn describe(&self) -> String {
@@ -342,6 +382,8 @@ impl Pending {
 struct Writer {
     store: Arc<dyn JobStore>,
     local: LocalCacheWriter,
+    /// Salt's `job_cache`: returns are written to the `local_cache` tree too.
+    returns_in_tree: bool,
     keep: u64,
     health: Arc<Health>,
     stats: Arc<Stats>,
@@ -368,13 +410,13 @@ impl Writer {
                 CLEAN_INTERVAL
             };
             match rx.recv_timeout(wait) {
-                Ok(op) => pending.push(Pending::new(op)),
+                Ok(op) => pending.push(Pending::new(op, self.returns_in_tree)),
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => break,
             }
             for _ in 0..MAX_BATCH {
                 match rx.try_recv() {
-                    Ok(op) => pending.push(Pending::new(op)),
+                    Ok(op) => pending.push(Pending::new(op, self.returns_in_tree)),
                     Err(_) => break,
                 }
             }
@@ -412,6 +454,8 @@ impl Writer {
 
     /// Writes `batch`; answers what failed on I/O, to try again. A batch that panics is
     /// written again one write at a time, and a write that panics alone is dropped.
+    /// Every return of the batch is then acknowledged: it is written, or kept in memory
+    /// to retry (the job cache failing), or can never be written (logged).
     fn write(&self, mut batch: Vec<Pending>) -> Vec<Pending> {
         let written = boundary::isolate(&self.stats, "the job-cache writer", || {
             write_batch(self.store.as_ref(), &self.local, &mut batch);
@@ -429,6 +473,7 @@ impl Writer {
                 }
             }
         }
+        batch.iter_mut().for_each(Pending::acknowledge);
         batch.retain(|p| !p.done());
         batch
     }
@@ -494,7 +539,9 @@ fn write_batch(store: &dyn JobStore, local: &LocalCacheWriter, batch: &mut [Pend
                     });
                 }
             }
-            JobOp::Return { jid, id, packed } => {
+            JobOp::Return {
+                jid, id, packed, ..
+            } => {
                 match value::decode(packed) {
                     Ok(load) => {
                         if !p.local_done {
@@ -705,6 +752,14 @@ mod tests {
 
     impl Rig {
         fn new(poison: Option<&'static str>, panics: Option<&'static str>) -> Rig {
+            Rig::with_tree(poison, panics, true)
+        }
+
+        fn with_tree(
+            poison: Option<&'static str>,
+            panics: Option<&'static str>,
+            returns_in_tree: bool,
+        ) -> Rig {
             let dir = tempfile::tempdir().unwrap();
             let store = Arc::new(Faulty {
                 inner: RedbJobStore::open(dir.path().join("jobs.redb")).unwrap(),
@@ -714,7 +769,13 @@ mod tests {
             });
             let local = LocalCacheWriter::new(dir.path(), Default::default());
             let stats = Arc::new(Stats::default());
-            let (writer, thread) = JobWriter::spawn(store.clone(), local.clone(), 0, stats.clone());
+            let (writer, thread) = JobWriter::spawn(
+                store.clone(),
+                local.clone(),
+                returns_in_tree,
+                0,
+                stats.clone(),
+            );
             Rig {
                 store,
                 cache: JobCache { writer, local },
@@ -725,9 +786,22 @@ mod tests {
         }
 
         fn ret(&self, id: &str) {
+            self.ret_then(id, Box::new(|| {}));
+        }
+
+        fn ret_then(&self, id: &str, ack: Ack) {
             let load = value::map([("id", value::s(id)), ("return", Value::from(true))]);
             self.cache
-                .add_return(JID.into(), id.into(), value::encode(&load));
+                .add_return(JID.into(), id.into(), value::encode(&load), ack);
+        }
+
+        fn return_file(&self, id: &str) -> PathBuf {
+            self.cache
+                .local
+                .jid_dir(JID)
+                .unwrap()
+                .join(id)
+                .join("return.p")
         }
 
         fn stored(&self) -> Vec<String> {
@@ -795,6 +869,63 @@ mod tests {
         let local = rig.cache.local.jid_dir(JID).unwrap();
         assert!(local.join("a").join("return.p").is_file());
         assert!(local.join("b").join("return.p").is_file());
+    }
+
+    #[test]
+    fn a_return_is_acknowledged_only_once_it_is_in_redb_and_the_local_cache_tree() {
+        let rig = Rig::new(None, None);
+        let (tx, rx) = channel();
+        for id in ["a", "b", "c"] {
+            let (store, file, tx) = (rig.store.clone(), rig.return_file(id), tx.clone());
+            let id = id.to_owned();
+            rig.ret_then(
+                &id.clone(),
+                Box::new(move || {
+                    let stored = store
+                        .get_returns(JID)
+                        .unwrap()
+                        .iter()
+                        .any(|r| r.minion_id == id);
+                    tx.send((id, stored, file.is_file())).unwrap();
+                }),
+            );
+        }
+        let mut acks: Vec<_> = (0..3)
+            .map(|_| rx.recv_timeout(ROOM_WAIT).unwrap())
+            .collect();
+        acks.sort();
+        for (id, stored, in_tree) in acks {
+            assert!(stored, "{id} was acknowledged before redb had it");
+            assert!(in_tree, "{id} was acknowledged before its return.p existed");
+        }
+    }
+
+    #[test]
+    fn without_job_cache_returns_stay_out_of_the_tree_and_go_to_redb_with_the_loads_in_both() {
+        let rig = Rig::with_tree(None, None, false);
+        let load = value::map([("fun", value::s("test.ping"))]);
+        rig.cache.save_load(JID, load, vec!["a".into()]).unwrap();
+        let (tx, rx) = channel();
+        rig.ret_then("a", Box::new(move || tx.send(()).unwrap()));
+        rx.recv_timeout(ROOM_WAIT)
+            .expect("the return is acknowledged");
+        assert_eq!(rig.stored(), ["a"]);
+        let dir = rig.cache.local.jid_dir(JID).unwrap();
+        assert!(dir.join(".load.p").is_file() && dir.join(".minions.p").is_file());
+        assert!(!dir.join("a").exists(), "no return directory in the tree");
+    }
+
+    #[test]
+    fn a_return_kept_in_memory_while_the_store_fails_is_acknowledged() {
+        let rig = Rig::new(None, None);
+        rig.store.broken.store(true, Ordering::SeqCst);
+        let (tx, rx) = channel();
+        rig.ret_then("a", Box::new(move || tx.send(()).unwrap()));
+        rx.recv_timeout(ROOM_WAIT)
+            .expect("acknowledged: accepted and retried, the minion need not resend it");
+        assert!(rig.stored().is_empty());
+        rig.store.broken.store(false, Ordering::SeqCst);
+        wait_for("the kept return to be stored", || rig.stored() == ["a"]);
     }
 
     #[test]

@@ -659,6 +659,7 @@ pub async fn run(
     let (writer, jobs_thread) = JobWriter::spawn(
         job_store.clone(),
         LocalCacheWriter::new(&cfg.cachedir, hash_type),
+        cfg.job_cache,
         cfg.keep_jobs_seconds,
         stats.clone(),
     );

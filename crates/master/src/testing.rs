@@ -107,7 +107,7 @@ impl JobSink for StoreSink {
         Ok(())
     }
 
-    fn add_return(&self, jid: String, id: String, packed: Vec<u8>) {
+    fn add_return(&self, jid: String, id: String, packed: Vec<u8>, ack: crate::jobs::Ack) {
         let load = value::decode(&packed).unwrap();
         let _ = self
             .0
@@ -120,6 +120,7 @@ impl JobSink for StoreSink {
                 1,
             )
             .unwrap();
+        ack();
     }
 }
 

@@ -309,6 +309,23 @@ impl Swarm {
             })
     }
 
+    /// Asks for the swarm's counters until at least `wanted` returns have ended
+    /// (acknowledged or given up) or `deadline` passes; the acknowledged count then.
+    async fn returns_done(&mut self, wanted: u64, deadline: tokio::time::Instant) -> Option<u64> {
+        let mut progress = Json::Null;
+        loop {
+            self.send("stats").ok()?;
+            let stats = self.wait_for("stats", deadline, &mut progress).await?;
+            let count = |k: &str| stats[k].as_u64().unwrap_or(0);
+            if count("returns") + count("return_failures") >= wanted
+                || tokio::time::Instant::now() >= deadline
+            {
+                return Some(count("returns"));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Waits for a line of type `kind` until `deadline`, keeping the last `progress` line.
     async fn wait_for(
         &mut self,
@@ -470,6 +487,10 @@ async fn measure(
         .listen_jobs()
         .await
         .map_err(|e| Error::Bench(format!("master bus: {e}")))?;
+    let returns0 = swarm
+        .returns_done(0, tokio::time::Instant::now() + Duration::from_secs(10))
+        .await
+        .unwrap_or(0);
     let cpu0 = cpu_secs(&process_tree(pid));
     let swarm_cpu0 = cpu_secs(&[swarm.pid()]);
     let phase_start = Instant::now();
@@ -529,6 +550,15 @@ async fn measure(
         }
         samples.push(t.elapsed().as_secs_f64());
     }
+    // The master's CPU counts until the swarm has every return of the phase acknowledged
+    // (a master answers a return once it is in its job cache): otherwise the writes still
+    // queued would be billed to the next phase.
+    let ack_start = Instant::now();
+    let acked = swarm
+        .returns_done(returns0 + (n * samples.len()) as u64, phase_deadline)
+        .await
+        .map(|r| r.saturating_sub(returns0));
+    let ack_wait = ack_start.elapsed().as_secs_f64();
     let cpu1 = cpu_secs(&process_tree(pid));
     let swarm_cpu1 = cpu_secs(&[swarm.pid()]);
     let phase_secs = phase_start.elapsed().as_secs_f64();
@@ -544,6 +574,8 @@ async fn measure(
         "phase_secs": phase_secs,
         "master_cpu_secs": cpu1 - cpu0,
         "master_cpu_secs_per_publish": (cpu1 - cpu0) / (samples.len().max(1) as f64),
+        "returns_acknowledged": acked,
+        "ack_wait_secs": ack_wait,
         "swarm_cpu_secs": swarm_cpu1 - swarm_cpu0,
         "peak_rss_mib": peak.0,
         "peak_pss_mib": peak.1,

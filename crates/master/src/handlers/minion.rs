@@ -88,9 +88,17 @@ impl Master {
         self.watch.on_return(&jid, call.id, &load);
         self.events
             .fire(&format!("salt/job/{jid}/ret/{}", call.id), load);
-        self.jobs.add_return(jid, call.id.to_owned(), packed);
+        // Acknowledged once written (`jobs`): a return the minion was answered for survives
+        // a crash of the master.
+        let reply_to = call.reply_to;
+        self.jobs.add_return(
+            jid,
+            call.id.to_owned(),
+            packed,
+            Box::new(move || reply_to.send(&Value::Nil)),
+        );
         self.metrics.count_return();
-        AesReply::Send(Value::Nil)
+        AesReply::Held
     }
 
     /// `_pillar`: the grains are kept for targeting, and the pillar comes from

@@ -311,7 +311,7 @@ mod tests {
             Err(CAUSE.to_owned())
         }
 
-        fn add_return(&self, _: String, _: String, _: Vec<u8>) {}
+        fn add_return(&self, _: String, _: String, _: Vec<u8>, _: crate::jobs::Ack) {}
     }
 
     #[test]

@@ -57,6 +57,9 @@ struct Cli {
     /// worker_threads of both masters.
     #[arg(long, default_value_t = 8)]
     worker_threads: u32,
+    /// More master config for both masters, YAML lines (e.g. `job_cache: false`).
+    #[arg(long, value_name = "YAML", default_value = "")]
+    master_config: String,
     /// Where to write the JSON results.
     #[arg(long)]
     out: Option<PathBuf>,
@@ -137,7 +140,11 @@ fn run(cli: Cli) -> Result<(), String> {
         auth_concurrency: cli.auth_concurrency,
         connections: cli.connections,
         swarm_threads: cli.swarm_threads,
-        master_yaml: scale_config(cli.worker_threads),
+        master_yaml: format!(
+            "{}{}\n",
+            scale_config(cli.worker_threads),
+            cli.master_config
+        ),
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
