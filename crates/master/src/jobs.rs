@@ -8,9 +8,14 @@
 //! A return is acknowledged to its minion only once it is written: the request handler
 //! holds the reply and hands it to the writer ([`Ack`]), which sends it after the batch
 //! holding the return is committed (redb, and with `job_cache` on its `local_cache` file).
-//! So a crash of the master loses no return a minion was told the master has; a minion
-//! whose return was not acknowledged sends it again (`return_retry_tries`). Group commit:
-//! one redb commit (one `fsync`) acknowledges every return of the batch.
+//! So a crash of the master process loses no return a minion was told the master has
+//! (redb is fsynced at each commit, so a power loss does not lose them from redb either;
+//! the tree's return files are written in place without fsync, as they are only Salt's
+//! copy); a minion whose return was not acknowledged sends it again (`return_retry_tries`).
+//! Group commit: one redb commit (one `fsync`) acknowledges every return of the batch.
+//! While the job cache cannot be written (below), a return is acknowledged once it is
+//! kept in memory for retrying, so minions do not resend it over and over; a crash during
+//! such an outage loses those.
 //!
 //! `job_cache: False` (Salt's option: the master keeps no returns in its job cache) keeps
 //! the returns out of the `local_cache` tree, as a stock master does; Halite still stores

@@ -91,6 +91,8 @@ pub struct BenchOptions {
     pub auth_concurrency: usize,
     /// `--connections` of the swarm.
     pub connections: usize,
+    /// `--minions-per-subscription` of the swarm.
+    pub minions_per_subscription: usize,
     /// `--threads` of the swarm.
     pub swarm_threads: usize,
     /// Master config merged over the test defaults (YAML mapping).
@@ -261,6 +263,10 @@ impl Swarm {
             .args(["--key-bits", &opts.swarm_key_bits.to_string()])
             .args(["--auth-concurrency", &opts.auth_concurrency.to_string()])
             .args(["--connections", &opts.connections.to_string()])
+            .args([
+                "--minions-per-subscription",
+                &opts.minions_per_subscription.to_string(),
+            ])
             .args(["--threads", &opts.swarm_threads.to_string()])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -574,6 +580,9 @@ async fn measure(
         "phase_secs": phase_secs,
         "master_cpu_secs": cpu1 - cpu0,
         "master_cpu_secs_per_publish": (cpu1 - cpu0) / (samples.len().max(1) as f64),
+        // The swarm's own footprint, once every minion has answered jobs.
+        "swarm_rss_mib": rss_kib(&[swarm.pid()]) as f64 / 1024.0,
+        "swarm_rss_kib_per_minion": rss_kib(&[swarm.pid()]) as f64 / n.max(1) as f64,
         "returns_acknowledged": acked,
         "ack_wait_secs": ack_wait,
         "swarm_cpu_secs": swarm_cpu1 - swarm_cpu0,

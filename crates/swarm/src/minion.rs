@@ -84,6 +84,69 @@ pub struct Shared {
     pub ready_after: OnceLock<Duration>,
     /// Woken when `ready_after` is set.
     pub ready: Notify,
+    /// The publish connections, shared by groups of minions.
+    pub subscriptions: Subscriptions,
+}
+
+/// A publish frame as the subscription received it, shared by the minions of a group.
+type Frame = Arc<Vec<u8>>;
+
+/// Publish connections shared by groups of `per` consecutive minions
+/// (`--minions-per-subscription`): a process, the master included, may hold fewer file
+/// descriptors than a large swarm has minions. Every minion of a group gets every frame
+/// its group's connection receives, as if it had its own (a publish to all minions is sent
+/// the same bytes on every connection). With `per` above 1 the master has fewer
+/// subscribers to send each publish to than there are minions; everything else (sign-ins,
+/// returns, events) is still one per minion.
+pub struct Subscriptions {
+    per: usize,
+    groups: std::sync::Mutex<HashMap<usize, Arc<std::sync::Mutex<Group>>>>,
+}
+
+/// One shared connection's minions.
+#[derive(Default)]
+struct Group {
+    minions: Vec<mpsc::Sender<Frame>>,
+    /// The connection has subscribed once (its minions count as subscribed on joining).
+    subscribed: bool,
+}
+
+impl Subscriptions {
+    /// Groups of `per` minions (1: a connection per minion, as stock minions).
+    pub fn new(per: usize) -> Self {
+        Subscriptions {
+            per: per.max(1),
+            groups: Default::default(),
+        }
+    }
+
+    /// Minion `index`'s publish frames: joins its group, starting the group's connection
+    /// to `addr` if it is the first to join.
+    fn join(&self, shared: &Arc<Shared>, index: usize, addr: String) -> mpsc::Receiver<Frame> {
+        let (tx, rx) = mpsc::channel(64);
+        let (group, first) = {
+            let mut groups = self.groups.lock().unwrap_or_else(|e| e.into_inner());
+            let mut first = false;
+            let group = groups
+                .entry(index / self.per)
+                .or_insert_with(|| {
+                    first = true;
+                    Default::default()
+                })
+                .clone();
+            (group, first)
+        };
+        let mut g = group.lock().unwrap_or_else(|e| e.into_inner());
+        g.minions.push(tx);
+        if g.subscribed {
+            shared.mark_subscribed();
+        }
+        drop(g);
+        if first {
+            tokio::spawn(subscriber(shared.clone(), addr, group));
+        }
+        rx
+    }
 }
 
 impl Shared {
@@ -184,9 +247,8 @@ pub async fn run(shared: Arc<Shared>, key: Arc<MinionKey>, index: usize) {
             return;
         }
     };
-    let (sub_tx, sub_rx) = mpsc::channel(64);
     let sub_addr = format!("{}:{}", shared.master_host, creds.publish_port);
-    tokio::spawn(subscriber(shared.clone(), sub_addr, sub_tx));
+    let sub_rx = shared.subscriptions.join(&shared, index, sub_addr);
     let grains = map([
         ("id", s(key.id.as_str())),
         ("os", s("HaliteSwarm")),
@@ -301,8 +363,11 @@ async fn authenticate(
     }
 }
 
-/// Keeps the subscription up and hands every publish (its last frame) to the minion.
-async fn subscriber(shared: Arc<Shared>, addr: String, tx: mpsc::Sender<Vec<u8>>) {
+/// Keeps a group's subscription up and hands every publish (its last frame) to each of
+/// the group's minions.
+async fn subscriber(shared: Arc<Shared>, addr: String, group: Arc<std::sync::Mutex<Group>>) {
+    let minions =
+        |g: &std::sync::Mutex<Group>| g.lock().unwrap_or_else(|e| e.into_inner()).minions.clone();
     let mut first = true;
     loop {
         match Conn::connect(&addr, SocketType::Sub, b"", CONNECT_TIMEOUT).await {
@@ -312,32 +377,33 @@ async fn subscriber(shared: Arc<Shared>, addr: String, tx: mpsc::Sender<Vec<u8>>
                 } else {
                     if first {
                         first = false;
-                        shared.mark_subscribed();
+                        let mut g = group.lock().unwrap_or_else(|e| e.into_inner());
+                        g.subscribed = true;
+                        g.minions.iter().for_each(|_| shared.mark_subscribed());
                     } else {
                         inc(&shared.stats.resubscribes);
                     }
                     loop {
-                        tokio::select! {
-                            r = conn.recv() => match r {
-                                Ok(mut frames) => {
-                                    let Some(last) = frames.pop() else { continue };
-                                    if tx.send(last).await.is_err() {
-                                        return;
-                                    }
+                        match conn.recv().await {
+                            Ok(mut frames) => {
+                                let Some(last) = frames.pop() else { continue };
+                                let frame = Arc::new(last);
+                                for tx in minions(&group) {
+                                    // A minion that ended has dropped its receiver.
+                                    let _ = tx.send(frame.clone()).await;
                                 }
-                                Err(e) => {
-                                    tracing::debug!("Subscription at {addr} lost: {e}");
-                                    break;
-                                }
-                            },
-                            () = tx.closed() => return,
+                            }
+                            Err(e) => {
+                                tracing::debug!("Subscription at {addr} lost: {e}");
+                                break;
+                            }
                         }
                     }
                 }
             }
             Err(e) => tracing::debug!("Connecting to the publish port {addr} failed: {e}"),
         }
-        if tx.is_closed() {
+        if minions(&group).iter().all(mpsc::Sender::is_closed) {
             return;
         }
         tokio::time::sleep(RECONNECT_PAUSE).await;
@@ -367,7 +433,7 @@ async fn tick(t: &mut Option<Interval>) -> tokio::time::Instant {
 }
 
 impl Minion {
-    async fn serve(&mut self, mut sub_rx: mpsc::Receiver<Vec<u8>>) {
+    async fn serve(&mut self, mut sub_rx: mpsc::Receiver<Frame>) {
         let (done_tx, mut done_rx) = mpsc::channel::<(Value, JobReturn)>(16);
         let mut ticker = self.ticker();
         loop {

@@ -36,6 +36,8 @@ pub struct SwarmOptions {
     pub auth_concurrency: usize,
     /// Request connections.
     pub connections: usize,
+    /// Minions sharing one publish connection (1: one each, as stock minions).
+    pub minions_per_subscription: usize,
     /// Events per second per minion at start.
     pub event_rate: f64,
     /// Timeouts and retries.
@@ -65,8 +67,9 @@ pub fn split_master(master: &str) -> Result<(String, u16), Error> {
     }
 }
 
-/// Raises the soft `RLIMIT_NOFILE` to the hard limit and checks that `needed` descriptors
-/// fit. Returns the new soft limit.
+/// Raises the soft `RLIMIT_NOFILE` to the hard limit (and both to `needed`, up to the
+/// kernel's `fs.nr_open`, when the process may raise the hard limit: root) and checks that
+/// `needed` descriptors fit. Returns the new soft limit.
 pub fn raise_fd_limit(needed: u64) -> Result<u64, Error> {
     let mut lim = libc::rlimit {
         rlim_cur: 0,
@@ -80,13 +83,24 @@ pub fn raise_fd_limit(needed: u64) -> Result<u64, Error> {
                 source: std::io::Error::last_os_error(),
             });
         }
-        if lim.rlim_cur < lim.rlim_max {
+        // Beyond the hard limit only with CAP_SYS_RESOURCE (root), up to the kernel's
+        // `fs.nr_open`; otherwise the hard limit is what there is.
+        let target = lim.rlim_max.max(needed.min(nr_open()));
+        if lim.rlim_cur < target {
             let raised = libc::rlimit {
-                rlim_cur: lim.rlim_max,
-                rlim_max: lim.rlim_max,
+                rlim_cur: target,
+                rlim_max: target,
             };
             if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
-                lim.rlim_cur = lim.rlim_max;
+                lim = raised;
+            } else if lim.rlim_cur < lim.rlim_max {
+                let soft = libc::rlimit {
+                    rlim_cur: lim.rlim_max,
+                    rlim_max: lim.rlim_max,
+                };
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &soft) == 0 {
+                    lim.rlim_cur = lim.rlim_max;
+                }
             }
         }
     }
@@ -99,6 +113,14 @@ pub fn raise_fd_limit(needed: u64) -> Result<u64, Error> {
         )));
     }
     Ok(soft)
+}
+
+/// The kernel's ceiling for RLIMIT_NOFILE (`/proc/sys/fs/nr_open`; 1,048,576 by default).
+fn nr_open() -> u64 {
+    std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(1 << 20)
 }
 
 /// Runs the swarm until `quit`, SIGINT or SIGTERM; returns the final counters.
@@ -123,6 +145,7 @@ pub async fn run(opts: SwarmOptions, keys: Vec<MinionKey>) -> Result<serde_json:
         started: Instant::now(),
         ready_after: OnceLock::new(),
         ready: Notify::new(),
+        subscriptions: minion::Subscriptions::new(opts.minions_per_subscription),
     });
     emit(
         "started",

@@ -154,6 +154,13 @@ impl Proc {
         }
     }
 
+    /// SIGKILL to the direct child at once, without walking its tree first (as
+    /// [`Proc::kill`] does, which takes milliseconds a test that crashes a daemon mid-work
+    /// cannot give it); reap it with [`Proc::kill`] afterwards.
+    pub fn sigkill_now(&self) {
+        send_signal(self.group.child.id() as i32, libc::SIGKILL);
+    }
+
     /// Kills the child and its whole tree at once with SIGKILL (a crash, not a shutdown)
     /// and returns its status.
     pub fn kill(&mut self) -> ExitStatus {

@@ -51,6 +51,11 @@ struct Cli {
     /// Request connections of the swarm.
     #[arg(long, default_value_t = 128)]
     connections: usize,
+    /// Simulated minions sharing one publish connection (`halite-swarm
+    /// --minions-per-subscription`); raise it when the minions outnumber the descriptors a
+    /// process may hold.
+    #[arg(long, default_value_t = 1)]
+    minions_per_subscription: usize,
     /// Tokio worker threads of the swarm.
     #[arg(long, default_value_t = 2)]
     swarm_threads: usize,
@@ -125,8 +130,12 @@ fn run(cli: Cli) -> Result<(), String> {
     };
     let budget =
         Duration::try_from_secs_f64(cli.budget).map_err(|_| "--budget: expected seconds")?;
-    // Children (masters, swarm) inherit the raised soft limit.
-    halite_swarm::swarm::raise_fd_limit(0).map_err(|e| e.to_string())?;
+    // Children (masters, swarm) inherit the raised limit: a master holds a connection per
+    // publish subscription and per request connection, the swarm too.
+    let most = cli.counts.iter().copied().max().unwrap_or(0);
+    let subscriptions = most.div_ceil(cli.minions_per_subscription.max(1)) as u64;
+    halite_swarm::swarm::raise_fd_limit(subscriptions + cli.connections as u64 + 4096)
+        .map_err(|e| e.to_string())?;
     let opts = BenchOptions {
         counts: cli.counts,
         masters,
@@ -139,6 +148,7 @@ fn run(cli: Cli) -> Result<(), String> {
         swarm_key_bits: cli.swarm_key_bits,
         auth_concurrency: cli.auth_concurrency,
         connections: cli.connections,
+        minions_per_subscription: cli.minions_per_subscription,
         swarm_threads: cli.swarm_threads,
         master_yaml: format!(
             "{}{}\n",
@@ -190,6 +200,7 @@ fn write_results(
             "budget_secs": opts.budget.as_secs_f64(),
             "auth_concurrency": opts.auth_concurrency,
             "connections": opts.connections,
+            "minions_per_subscription": opts.minions_per_subscription,
             "swarm_threads": opts.swarm_threads,
             "swarm_key_bits": opts.swarm_key_bits,
             "master_config": opts.master_yaml,

@@ -50,6 +50,11 @@ struct Cli {
     /// Request connections shared by all minions (one request in flight each).
     #[arg(long, default_value_t = 128)]
     connections: usize,
+    /// Minions sharing one publish connection. Above 1 the master sends each publish to
+    /// fewer connections than there are minions (everything else stays per minion): for
+    /// swarms larger than the file descriptors one process may hold (RLIMIT_NOFILE).
+    #[arg(long, default_value_t = 1)]
+    minions_per_subscription: usize,
     /// Tokio worker threads.
     #[arg(long, default_value_t = 2)]
     threads: usize,
@@ -100,7 +105,8 @@ fn run(cli: Cli) -> Result<(), String> {
         acceptance_wait: secs("acceptance-wait", cli.acceptance_wait)?,
         return_tries: 3,
     };
-    raise_fd_limit(cli.count as u64 + cli.connections as u64 + FD_SLACK)
+    let subscriptions = cli.count.div_ceil(cli.minions_per_subscription.max(1));
+    raise_fd_limit(subscriptions as u64 + cli.connections as u64 + FD_SLACK)
         .map_err(|e| e.to_string())?;
     let keys_dir = match cli.keys_dir {
         Some(d) => d,
@@ -138,6 +144,7 @@ fn run(cli: Cli) -> Result<(), String> {
         master_port,
         auth_concurrency: cli.auth_concurrency,
         connections: cli.connections,
+        minions_per_subscription: cli.minions_per_subscription,
         event_rate: cli.event_rate,
         timing,
         simulate_states: cli.simulate_states,
