@@ -146,7 +146,8 @@ redb_error_from!(
     redb::TransactionError,
     redb::TableError,
     redb::StorageError,
-    redb::CommitError
+    redb::CommitError,
+    redb::SetDurabilityError
 );
 
 /// Result alias for this crate.
@@ -184,6 +185,10 @@ pub struct NewReturn<'a> {
     pub minion_id: &'a str,
     /// The full return load.
     pub load: &'a Value,
+    /// Also owed to a copy kept elsewhere (Salt's `local_cache` tree): the store remembers
+    /// it, in the same transaction, until [`JobStore::settle_owed`], so a copy a crash
+    /// interrupted can be made again from [`JobStore::owed`].
+    pub owed: bool,
 }
 
 /// What happened to a return handed to the cache.
@@ -222,6 +227,15 @@ pub trait JobStore: Send + Sync {
             .map(|r| self.add_return(r.jid, r.minion_id, r.load, now))
             .collect()
     }
+
+    /// Every stored return still owed to its copy (see [`NewReturn::owed`]), as
+    /// `(jid, return)`.
+    fn owed(&self) -> Result<Vec<(String, MinionReturn)>>;
+
+    /// The copies of these `(jid, minion)` returns are made: forget that they are owed.
+    /// Not made durable by itself (a crash may bring them back from [`JobStore::owed`]:
+    /// making a copy twice must be harmless).
+    fn settle_owed(&self, done: &[(&str, &str)]) -> Result<()>;
 
     /// The saved job, or `None` when no load was saved for `jid`.
     fn get_load(&self, jid: &str) -> Result<Option<Job>>;

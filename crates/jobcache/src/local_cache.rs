@@ -136,14 +136,21 @@ impl LocalCacheWriter {
     /// own `get_load` then raises on the missing file; this always writes it (possibly
     /// empty), so stock tools can read every job written here.
     pub fn write_load(&self, jid: &str, load: &Value, minions: &[String]) -> Result<()> {
+        let dir = self.prep_jid(jid)?;
+        write_atomic(&dir.join(LOAD_P), &encode(load)?)?;
+        self.merge_minions(&dir, minions)
+    }
+
+    /// Salt's `prep_jid` for a known jid: the job directory and its `jid` file (written
+    /// only if absent, so the job's age is kept). Answers the directory.
+    pub fn prep_jid(&self, jid: &str) -> Result<PathBuf> {
         let dir = self.jid_dir(jid)?;
         fs::create_dir_all(&dir).map_err(io_at(&dir))?;
         let jid_file = dir.join(JID_FILE);
         if !jid_file.exists() {
             write_atomic(&jid_file, jid.as_bytes())?;
         }
-        write_atomic(&dir.join(LOAD_P), &encode(load)?)?;
-        self.merge_minions(&dir, minions)
+        Ok(dir)
     }
 
     /// Salt's `save_minions`: the sorted union of the existing `.minions.p` (ignored when
@@ -208,16 +215,25 @@ impl LocalCacheWriter {
         let minion_dir = dir.join(minion_id);
         // The job directory nearly always exists (its load was written at publish): try
         // the minion's directory first and make the job's only when that says it is
-        // missing, one `mkdir` per return instead of three system calls.
+        // missing, one `mkdir` per return instead of three system calls. A job made here
+        // (a return for a jid with no load) gets its `jid` file, as Salt's `prep_jid` with
+        // the passed jid gives it: without one, `clean_old_jobs` takes the directory for a
+        // half-written entry and removes it.
         let created = match fs::create_dir(&minion_dir) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                fs::create_dir_all(dir).map_err(io_at(dir))?;
+                self.prep_jid(jid)?;
                 fs::create_dir(&minion_dir)
             }
             other => other,
         };
         match created {
             Ok(()) => {}
+            // A directory without a whole `return.p` is a return cut short (the master
+            // died while writing it): it is written again.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && cut_short(&minion_dir) => {
+                fs::remove_dir_all(&minion_dir).map_err(io_at(&minion_dir))?;
+                fs::create_dir(&minion_dir).map_err(io_at(&minion_dir))?;
+            }
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
                 tracing::debug!(jid, minion_id, "Duplicate return ignored");
                 return Ok(ReturnStatus::Duplicate);
@@ -336,6 +352,16 @@ fn io_at(path: &Path) -> impl FnOnce(io::Error) -> Error + '_ {
 }
 
 /// Creates `path` (which must not exist) holding `bytes`.
+/// Whether the return in `minion_dir` was cut short: no `return.p`, or one that does not
+/// decode (the writer died between creating and filling it).
+fn cut_short(minion_dir: &Path) -> bool {
+    let path = minion_dir.join(RETURN_P);
+    match fs::read(&path) {
+        Ok(bytes) => decode(&bytes, &|| path.display().to_string()).is_err(),
+        Err(e) => e.kind() == io::ErrorKind::NotFound,
+    }
+}
+
 fn write_new(path: &Path, bytes: &[u8]) -> Result<()> {
     fs::OpenOptions::new()
         .write(true)
@@ -467,6 +493,46 @@ mod tests {
         assert!(
             names.iter().all(|n| !n.starts_with(TEMP_PREFIX)),
             "{names:?}"
+        );
+    }
+
+    #[test]
+    fn a_return_for_a_job_without_a_load_gets_the_jid_file_and_survives_retention() {
+        let (_dir, w) = writer();
+        let ret = map(&[("return", Value::Boolean(true))]);
+        let d = w.jid_dir(JID).unwrap();
+        let _ = w.write_return_in(&d, JID, "m1", &ret).unwrap();
+        assert_eq!(fs::read(d.join("jid")).unwrap(), JID.as_bytes());
+        let now = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        assert_eq!(w.clean_expired(now, 3600).unwrap(), 0);
+        assert!(d.join("m1").join("return.p").is_file());
+    }
+
+    #[test]
+    fn a_return_cut_short_is_written_again_and_a_whole_one_is_a_duplicate() {
+        let (_dir, w) = writer();
+        let ret = map(&[("return", Value::Boolean(true))]);
+        w.write_load(JID, &load(text("*")), &[]).unwrap();
+        let d = w.jid_dir(JID).unwrap();
+        fs::create_dir_all(d.join("m1")).unwrap();
+        fs::create_dir_all(d.join("m2")).unwrap();
+        fs::write(d.join("m2").join("return.p"), [0x83]).unwrap();
+        assert_eq!(
+            w.write_return_in(&d, JID, "m2", &ret).unwrap(),
+            ReturnStatus::Stored
+        );
+        assert_eq!(read(&d.join("m2").join("return.p")), ret);
+        assert_eq!(
+            w.write_return_in(&d, JID, "m1", &ret).unwrap(),
+            ReturnStatus::Stored
+        );
+        assert_eq!(read(&d.join("m1").join("return.p")), ret);
+        assert_eq!(
+            w.write_return_in(&d, JID, "m1", &ret).unwrap(),
+            ReturnStatus::Duplicate
         );
     }
 
@@ -650,8 +716,8 @@ mod tests {
             .as_secs();
         // A fresh job stays.
         w.write_load(JID, &load(text("*")), &[]).unwrap();
-        // A return for a jid never published has no `jid` file: removed, as in Salt.
-        let _ = w.write_return("orphan", "m", &Value::Nil).unwrap();
+        // A job directory without its `jid` file (half-written): removed, as in Salt.
+        fs::create_dir_all(w.jid_dir("orphan").unwrap().join("m")).unwrap();
         // An empty old prefix directory goes; a stray file is left alone.
         let empty = w.jobs_dir().join("zz");
         fs::create_dir_all(&empty).unwrap();

@@ -26,6 +26,8 @@ const JOBS: TableDefinition<&str, &[u8]> = TableDefinition::new("jobs");
 const RETURNS: TableDefinition<(&str, &str), &[u8]> = TableDefinition::new("returns");
 const EXPIRY: TableDefinition<(u64, &str), ()> = TableDefinition::new("expiry");
 const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+/// Returns stored but still owed to the `local_cache` tree ([`NewReturn::owed`]).
+const OWED: TableDefinition<(&str, &str), ()> = TableDefinition::new("owed_to_tree");
 
 /// The on-disk layout version this code reads and writes.
 const SCHEMA_VERSION: u64 = 1;
@@ -173,6 +175,7 @@ fn open_schema(open: &Opener) -> Result<Database> {
         txn.open_table(JOBS)?;
         txn.open_table(RETURNS)?;
         txn.open_table(EXPIRY)?;
+        txn.open_table(OWED)?;
         let mut meta = txn.open_table(META)?;
         let found = meta.get(META_SCHEMA)?.map(|g| g.value());
         match found {
@@ -198,6 +201,7 @@ struct ReturnTables<'t> {
     jobs: Table<'t, &'static str, &'static [u8]>,
     returns: Table<'t, (&'static str, &'static str), &'static [u8]>,
     expiry: Table<'t, (u64, &'static str), ()>,
+    owed: Table<'t, (&'static str, &'static str), ()>,
     next_seq: u64,
     /// Jobs known to have a record in this transaction: a batch holds many returns of the
     /// same job, and reading its record (which lists every targeted minion, ~150 KB at
@@ -215,12 +219,27 @@ impl<'t> ReturnTables<'t> {
             jobs: txn.open_table(JOBS)?,
             returns: txn.open_table(RETURNS)?,
             expiry: txn.open_table(EXPIRY)?,
+            owed: txn.open_table(OWED)?,
             next_seq,
             known_jobs: HashSet::new(),
         })
     }
 
-    fn add(&mut self, jid: &str, minion_id: &str, load: &Value, now: u64) -> Result<ReturnStatus> {
+    fn add(&mut self, r: &NewReturn<'_>, now: u64) -> Result<ReturnStatus> {
+        let status = self.add_row(r.jid, r.minion_id, r.load, now)?;
+        if r.owed && status == ReturnStatus::Stored {
+            self.owed.insert((r.jid, r.minion_id), ())?;
+        }
+        Ok(status)
+    }
+
+    fn add_row(
+        &mut self,
+        jid: &str,
+        minion_id: &str,
+        load: &Value,
+        now: u64,
+    ) -> Result<ReturnStatus> {
         if self.returns.get((jid, minion_id))?.is_some() {
             return Ok(ReturnStatus::Duplicate);
         }
@@ -294,7 +313,13 @@ impl JobStore for RedbJobStore {
         self.with_db(|db| {
             let txn = db.begin_write()?;
             let mut tables = ReturnTables::open(&txn)?;
-            let status = tables.add(jid, minion_id, load, now)?;
+            let row = NewReturn {
+                jid,
+                minion_id,
+                load,
+                owed: false,
+            };
+            let status = tables.add(&row, now)?;
             tables.finish(&txn)?;
             txn.commit()?;
             Ok(status)
@@ -308,11 +333,54 @@ impl JobStore for RedbJobStore {
             let mut tables = ReturnTables::open(&txn)?;
             let statuses = returns
                 .iter()
-                .map(|r| tables.add(r.jid, r.minion_id, r.load, now))
+                .map(|r| tables.add(r, now))
                 .collect::<Result<Vec<_>>>()?;
             tables.finish(&txn)?;
             txn.commit()?;
             Ok(statuses)
+        })
+    }
+
+    fn owed(&self) -> Result<Vec<(String, MinionReturn)>> {
+        self.with_db(|db| {
+            let txn = db.begin_read()?;
+            let owed = txn.open_table(OWED)?;
+            let returns = txn.open_table(RETURNS)?;
+            let mut out = Vec::new();
+            for entry in owed.iter()? {
+                let (key, _) = entry?;
+                let (jid, minion_id) = key.value();
+                // A job removed by retention owes nothing any more.
+                if let Some(value) = returns.get((jid, minion_id))? {
+                    let (_, load) = decode_return(jid, minion_id, value.value())?;
+                    out.push((
+                        jid.to_string(),
+                        MinionReturn {
+                            minion_id: minion_id.to_string(),
+                            load,
+                        },
+                    ));
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    fn settle_owed(&self, done: &[(&str, &str)]) -> Result<()> {
+        if done.is_empty() {
+            return Ok(());
+        }
+        self.with_db(|db| {
+            let mut txn = db.begin_write()?;
+            txn.set_durability(redb::Durability::None)?;
+            {
+                let mut owed = txn.open_table(OWED)?;
+                for key in done {
+                    owed.remove(*key)?;
+                }
+            }
+            txn.commit()?;
+            Ok(())
         })
     }
 
@@ -390,6 +458,7 @@ impl JobStore for RedbJobStore {
                 let mut expiry = txn.open_table(EXPIRY)?;
                 let mut jobs = txn.open_table(JOBS)?;
                 let mut returns = txn.open_table(RETURNS)?;
+                let mut owed = txn.open_table(OWED)?;
                 let mut expired = Vec::new();
                 for entry in expiry.range(..(cutoff, ""))? {
                     let (key, _) = entry?;
@@ -410,6 +479,7 @@ impl JobStore for RedbJobStore {
                     }
                     for minion_id in &minions {
                         returns.remove((jid.as_str(), minion_id.as_str()))?;
+                        owed.remove((jid.as_str(), minion_id.as_str()))?;
                     }
                 }
                 removed = expired.len();
@@ -605,6 +675,65 @@ mod tests {
     }
 
     #[test]
+    fn owed_returns_are_listed_until_settled_or_expired_and_survive_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("jobs.redb");
+        let store = RedbJobStore::open(&path).unwrap();
+        let (one, two) = (Value::from(1), Value::from(2));
+        let rows = [
+            NewReturn {
+                jid: JID,
+                minion_id: "a",
+                load: &one,
+                owed: true,
+            },
+            NewReturn {
+                jid: JID,
+                minion_id: "b",
+                load: &two,
+                owed: false,
+            },
+            // A duplicate owes nothing: its first copy was owed already.
+            NewReturn {
+                jid: JID,
+                minion_id: "a",
+                load: &two,
+                owed: true,
+            },
+            NewReturn {
+                jid: "20240101120000999999",
+                minion_id: "c",
+                load: &two,
+                owed: true,
+            },
+        ];
+        store.add_returns(&rows, 100).unwrap();
+        drop(store);
+        let store = RedbJobStore::open(&path).unwrap();
+        let owed = |store: &RedbJobStore| -> Vec<(String, String, Value)> {
+            let mut v: Vec<_> = store
+                .owed()
+                .unwrap()
+                .into_iter()
+                .map(|(jid, r)| (jid, r.minion_id, r.load))
+                .collect();
+            v.sort_by(|a, b| a.1.cmp(&b.1));
+            v
+        };
+        assert_eq!(
+            owed(&store),
+            [
+                (JID.to_string(), "a".to_string(), one.clone()),
+                ("20240101120000999999".to_string(), "c".to_string(), two)
+            ]
+        );
+        store.settle_owed(&[("20240101120000999999", "c")]).unwrap();
+        assert_eq!(owed(&store), [(JID.to_string(), "a".to_string(), one)]);
+        store.clean_expired(1_000, 10).unwrap();
+        assert!(owed(&store).is_empty(), "retention takes what a job owed");
+    }
+
+    #[test]
     fn batch_returns_report_duplicates_within_and_across_batches() {
         let (_dir, store) = store();
         let v = Value::from(1);
@@ -612,6 +741,7 @@ mod tests {
             jid: JID,
             minion_id,
             load: &v,
+            owed: false,
         };
         let got = store.add_returns(&[r("a"), r("b"), r("a")], 5).unwrap();
         use ReturnStatus::{Duplicate, Stored};
@@ -1012,6 +1142,7 @@ mod tests {
             jid: JID,
             minion_id: "m",
             load: &ret,
+            owed: false,
         }];
         let e = store.add_returns(&batch, 2).unwrap_err();
         assert!(e.is_retryable(), "{e}");

@@ -6,8 +6,11 @@
 //! is never dropped. Returns waiting in the queue are written in one redb transaction.
 //!
 //! A return is acknowledged to its minion only once it is written: the request handler
-//! holds the reply and hands it to the writer ([`Ack`]), which sends it after the batch
-//! holding the return is committed (redb, and with `job_cache` on its `local_cache` file).
+//! holds the reply and hands it to the writer ([`Ack`]), which sends it once the batch
+//! holding the return is committed to redb; the `local_cache` files (with `job_cache` on)
+//! are written after the replies went out. Such a return is recorded in redb as owed to the
+//! tree in the same transaction and settled once its file exists; a master that died in
+//! between writes what is still owed when it starts again.
 //! So a crash of the master process loses no return a minion was told the master has
 //! (redb is fsynced at each commit, so a power loss does not lose them from redb either;
 //! the tree's return files are written in place without fsync, as they are only Salt's
@@ -402,6 +405,11 @@ struct Failing {
 impl Writer {
     fn run(&self, rx: Receiver<JobOp>, room: &Room) {
         let mut last_clean = Instant::now();
+        boundary::isolate(
+            &self.stats,
+            "writing the returns local_cache is owed",
+            || recover_owed(self.store.as_ref(), &self.local),
+        );
         self.clean();
         // Writes not done yet, oldest first: after a failure, the ones kept for retrying
         // come before newer ones.
@@ -523,15 +531,16 @@ impl Writer {
     }
 }
 
-/// One try at every part of `batch` not done yet: `local_cache` returns, loads, then the
-/// returns in one redb transaction (one at a time when the transaction fails for
-/// something other than I/O, so one unstorable return does not hold back the others).
-/// Each part that succeeds, or fails in a way no retry can fix (logged), is marked done;
-/// one that fails on I/O keeps its error.
+/// One try at every part of `batch` not done yet: loads and returns into redb (the returns
+/// in one transaction, or one at a time when it fails for something other than I/O, so one
+/// unstorable return does not hold back the others), then every return of the batch is
+/// acknowledged, then the returns go into the `local_cache` tree. A return owed to the
+/// tree is recorded as owed in its redb transaction and settled once its file is written,
+/// so a crash between the two leaves it for [`recover_owed`]. Each part that succeeds, or
+/// fails in a way no retry can fix (logged), is marked done; one that fails on I/O keeps
+/// its error.
 fn write_batch(store: &dyn JobStore, local: &LocalCacheWriter, batch: &mut [Pending]) {
     let now = unix_now();
-    // The job directory of the last return's jid: a batch is mostly returns of one job.
-    let mut job_dir: Option<(String, PathBuf)> = None;
     let mut returns: Vec<(usize, Value)> = Vec::new();
     for (i, p) in batch.iter_mut().enumerate() {
         p.error = None;
@@ -547,25 +556,11 @@ fn write_batch(store: &dyn JobStore, local: &LocalCacheWriter, batch: &mut [Pend
             JobOp::Return {
                 jid, id, packed, ..
             } => {
+                if p.stored && p.local_done {
+                    continue;
+                }
                 match value::decode(packed) {
-                    Ok(load) => {
-                        if !p.local_done {
-                            let dir = match &job_dir {
-                                Some((last, dir)) if last == jid => Ok(dir.clone()),
-                                _ => local.jid_dir(jid).inspect(|dir| {
-                                    job_dir = Some((jid.clone(), dir.clone()));
-                                }),
-                            };
-                            let written =
-                                dir.and_then(|dir| local.write_return_in(&dir, jid, id, &load));
-                            settle(&mut p.local_done, &mut p.error, written, || {
-                                format!("Could not write the return of {id} for job {jid} to local_cache")
-                            });
-                        }
-                        if !p.stored {
-                            returns.push((i, load));
-                        }
-                    }
+                    Ok(load) => returns.push((i, load)),
                     // Encoded by this process from a decoded value: cannot happen short of a bug.
                     Err(e) => {
                         tracing::error!(%jid, minion = %id, error = %e, "Queued return does not decode; not stored");
@@ -576,27 +571,41 @@ fn write_batch(store: &dyn JobStore, local: &LocalCacheWriter, batch: &mut [Pend
             }
         }
     }
-    if returns.is_empty() {
+    store_returns(store, batch, &returns, now);
+    batch.iter_mut().for_each(Pending::acknowledge);
+    write_tree(store, local, batch, &returns);
+}
+
+/// The redb part of the returns of `batch` not stored yet (`returns`: their index and load).
+fn store_returns(
+    store: &dyn JobStore,
+    batch: &mut [Pending],
+    returns: &[(usize, Value)],
+    now: u64,
+) {
+    let unstored: Vec<&(usize, Value)> =
+        returns.iter().filter(|(i, _)| !batch[*i].stored).collect();
+    if unstored.is_empty() {
         return;
     }
     let all = {
-        let rows: Vec<NewReturn<'_>> = returns
+        let rows: Vec<NewReturn<'_>> = unstored
             .iter()
             .filter_map(|(i, load)| new_return(&batch[*i], load))
             .collect();
         store.add_returns(&rows, now)
     };
     match all {
-        Ok(_) => returns.iter().for_each(|(i, _)| batch[*i].stored = true),
+        Ok(_) => unstored.iter().for_each(|(i, _)| batch[*i].stored = true),
         Err(e) if e.is_retryable() => {
             let e = e.to_string();
-            returns
+            unstored
                 .iter()
                 .for_each(|(i, _)| batch[*i].error = Some(e.clone()));
         }
         // Something in the batch can never be stored: one at a time, so only it is dropped.
         Err(_) => {
-            for (i, load) in &returns {
+            for (i, load) in unstored {
                 let Some(stored) =
                     new_return(&batch[*i], load).map(|r| store.add_returns(&[r], now))
                 else {
@@ -612,6 +621,98 @@ fn write_batch(store: &dyn JobStore, local: &LocalCacheWriter, batch: &mut [Pend
     }
 }
 
+/// The `local_cache` part of the stored returns of `batch` (`returns`: their index and
+/// load), then what they owed is settled in redb.
+fn write_tree(
+    store: &dyn JobStore,
+    local: &LocalCacheWriter,
+    batch: &mut [Pending],
+    returns: &[(usize, Value)],
+) {
+    // The job directory of the last return's jid: a batch is mostly returns of one job.
+    let mut job_dir: Option<(String, PathBuf)> = None;
+    let mut written: Vec<usize> = Vec::new();
+    for (i, load) in returns {
+        let p = &mut batch[*i];
+        let JobOp::Return { jid, id, .. } = &p.op else {
+            continue;
+        };
+        // Written only once stored: what the tree holds, redb holds.
+        if p.local_done || !p.stored {
+            continue;
+        }
+        let dir = match &job_dir {
+            Some((last, dir)) if last == jid => Ok(dir.clone()),
+            _ => local.jid_dir(jid).inspect(|dir| {
+                job_dir = Some((jid.clone(), dir.clone()));
+            }),
+        };
+        let outcome = dir.and_then(|dir| local.write_return_in(&dir, jid, id, load));
+        let what = || format!("Could not write the return of {id} for job {jid} to local_cache");
+        let mut error = None;
+        settle(&mut p.local_done, &mut error, outcome, what);
+        if error.is_some() {
+            p.error = error;
+        } else {
+            written.push(*i);
+        }
+    }
+    let done: Vec<(&str, &str)> = written
+        .iter()
+        .filter_map(|i| match &batch[*i].op {
+            JobOp::Return { jid, id, .. } => Some((jid.as_str(), id.as_str())),
+            JobOp::Load { .. } => None,
+        })
+        .collect();
+    if let Err(e) = store.settle_owed(&done) {
+        // They stay owed: the next start writes them again (a duplicate is skipped).
+        tracing::warn!(
+            "Could not record {} local_cache returns as written: {e}",
+            done.len()
+        );
+    }
+}
+
+/// Writes the `local_cache` files of returns stored but not written when the master last
+/// stopped (it died between the two), as the writer starts.
+fn recover_owed(store: &dyn JobStore, local: &LocalCacheWriter) {
+    let owed = match store.owed() {
+        Ok(owed) => owed,
+        Err(e) => {
+            tracing::error!("Cannot read which returns local_cache is owed: {e}");
+            return;
+        }
+    };
+    if owed.is_empty() {
+        return;
+    }
+    let mut done = Vec::new();
+    for (jid, ret) in &owed {
+        // The job directory may be the one thing the crash left, without its `jid` file.
+        let written = local
+            .prep_jid(jid)
+            .and_then(|dir| local.write_return_in(&dir, jid, &ret.minion_id, &ret.load));
+        match written {
+            Ok(_) => done.push((jid.as_str(), ret.minion_id.as_str())),
+            Err(e) => tracing::error!(
+                "Could not write the return of {} for job {jid} to local_cache: {e}",
+                ret.minion_id
+            ),
+        }
+    }
+    tracing::info!(
+        "Wrote {} of {} returns the last run left out of local_cache",
+        done.len(),
+        owed.len()
+    );
+    if let Err(e) = store.settle_owed(&done) {
+        tracing::warn!(
+            "Could not record {} local_cache returns as written: {e}",
+            done.len()
+        );
+    }
+}
+
 /// The store's row for a queued return.
 fn new_return<'a>(p: &'a Pending, load: &'a Value) -> Option<NewReturn<'a>> {
     match &p.op {
@@ -619,6 +720,7 @@ fn new_return<'a>(p: &'a Pending, load: &'a Value) -> Option<NewReturn<'a>> {
             jid,
             minion_id: id,
             load,
+            owed: !p.local_done,
         }),
         JobOp::Load { .. } => None,
     }
@@ -708,6 +810,7 @@ mod tests {
                 jid,
                 minion_id,
                 load,
+                owed: false,
             };
             Ok(self.add_returns(&[row], now)?[0])
         }
@@ -738,6 +841,14 @@ mod tests {
 
         fn list_jobs(&self) -> halite_jobcache::Result<Vec<JobSummary>> {
             self.inner.list_jobs()
+        }
+
+        fn owed(&self) -> halite_jobcache::Result<Vec<(String, MinionReturn)>> {
+            self.inner.owed()
+        }
+
+        fn settle_owed(&self, done: &[(&str, &str)]) -> halite_jobcache::Result<()> {
+            self.inner.settle_owed(done)
         }
 
         fn clean_expired(&self, now: u64, keep: u64) -> halite_jobcache::Result<usize> {
@@ -877,11 +988,11 @@ mod tests {
     }
 
     #[test]
-    fn a_return_is_acknowledged_only_once_it_is_in_redb_and_the_local_cache_tree() {
+    fn a_return_is_acknowledged_once_in_redb_and_its_local_cache_file_follows() {
         let rig = Rig::new(None, None);
         let (tx, rx) = channel();
         for id in ["a", "b", "c"] {
-            let (store, file, tx) = (rig.store.clone(), rig.return_file(id), tx.clone());
+            let (store, tx) = (rig.store.clone(), tx.clone());
             let id = id.to_owned();
             rig.ret_then(
                 &id.clone(),
@@ -891,18 +1002,53 @@ mod tests {
                         .unwrap()
                         .iter()
                         .any(|r| r.minion_id == id);
-                    tx.send((id, stored, file.is_file())).unwrap();
+                    tx.send((id, stored)).unwrap();
                 }),
             );
         }
-        let mut acks: Vec<_> = (0..3)
-            .map(|_| rx.recv_timeout(ROOM_WAIT).unwrap())
-            .collect();
-        acks.sort();
-        for (id, stored, in_tree) in acks {
+        for _ in 0..3 {
+            let (id, stored) = rx.recv_timeout(ROOM_WAIT).unwrap();
             assert!(stored, "{id} was acknowledged before redb had it");
-            assert!(in_tree, "{id} was acknowledged before its return.p existed");
         }
+        wait_for("the local_cache files", || {
+            ["a", "b", "c"]
+                .iter()
+                .all(|id| rig.return_file(id).is_file())
+        });
+        wait_for("nothing left owed to the tree", || {
+            rig.store.owed().unwrap().is_empty()
+        });
+    }
+
+    #[test]
+    fn returns_a_crash_left_out_of_local_cache_are_written_when_the_writer_starts() {
+        let dir = tempfile::tempdir().unwrap();
+        let load = value::map([("id", value::s("a")), ("return", Value::from(7))]);
+        {
+            let store = RedbJobStore::open(dir.path().join("jobs.redb")).unwrap();
+            let row = NewReturn {
+                jid: JID,
+                minion_id: "a",
+                load: &load,
+                owed: true,
+            };
+            let _ = store.add_returns(&[row], unix_now()).unwrap();
+        }
+        let store = Arc::new(RedbJobStore::open(dir.path().join("jobs.redb")).unwrap());
+        let local = LocalCacheWriter::new(dir.path(), Default::default());
+        let (writer, thread) = JobWriter::spawn(
+            store.clone(),
+            local.clone(),
+            true,
+            0,
+            Arc::new(Stats::default()),
+        );
+        drop(writer);
+        thread.join().unwrap();
+        let file = local.jid_dir(JID).unwrap().join("a").join("return.p");
+        let written = value::decode(&std::fs::read(&file).unwrap()).unwrap();
+        assert_eq!(value::get(&written, "return"), Some(&Value::from(7)));
+        assert!(store.owed().unwrap().is_empty());
     }
 
     #[test]

@@ -116,6 +116,7 @@ impl JobSink for StoreSink {
                     jid: &jid,
                     minion_id: &id,
                     load: &load,
+                    owed: false,
                 }],
                 1,
             )

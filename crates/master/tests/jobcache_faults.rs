@@ -128,41 +128,11 @@ fn a_read_only_job_cache_refuses_publishes_and_loses_no_accepted_return() {
         serde_json::from_value::<serde_json::Map<String, Value>>(json!({"ro-1": true})).unwrap(),
         "publishes are taken again"
     );
-    let out = run_stock(
-        &root,
-        "salt-run",
-        ["jobs.lookup_jid", &jid, "--out", "json"],
-    );
-    let found: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "salt-run jobs.lookup_jid: not JSON ({e}): {}\n{}",
-            stdout(&out),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
     assert_eq!(
-        found,
+        salt_run_json(&root, &["jobs.lookup_jid", &jid]),
         json!({"ro-1": true}),
         "stock salt-run finds the return"
     );
-    let out = halite_testkit::run_command(
-        {
-            let mut cmd = Command::new(halite_bin("halite-run"));
-            cmd.arg("-c").arg(root.master_config_dir()).args([
-                "jobs.lookup_jid",
-                &jid,
-                "--out",
-                "json",
-            ]);
-            cmd
-        },
-        TIMEOUT,
-    );
-    let found: Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "halite-run jobs.lookup_jid: not JSON ({e}): {}",
-            stdout(&out)
-        )
-    });
+    let found = halite_run_json(&root, &["jobs.lookup_jid", &jid]);
     assert_eq!(found, json!({"ro-1": true}), "halite-run finds the return");
 }

@@ -14,7 +14,7 @@ mod common;
 use common::*;
 use halite_testkit::*;
 use serde_json::{json, Map, Value};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::Duration;
 
 const MINION: &str = "jc-0";
@@ -25,31 +25,6 @@ fn text(out: &Output) -> String {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     )
-}
-
-fn json_of(what: &str, out: &Output) -> Value {
-    serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{what}: not JSON ({e})\n{}", text(out)))
-}
-
-/// Stock `salt-run <args> --out json`.
-fn salt_run(root: &TempRoot, args: &[&str]) -> Value {
-    let mut all = args.to_vec();
-    all.extend(["--out", "json", "-l", "quiet"]);
-    json_of(
-        &format!("salt-run {args:?}"),
-        &run_stock(root, "salt-run", &all),
-    )
-}
-
-/// `halite-run <args> --out json`.
-fn halite_run(root: &TempRoot, args: &[&str]) -> Value {
-    let mut cmd = Command::new(halite_bin("halite-run"));
-    cmd.arg("-c")
-        .arg(root.master_config_dir())
-        .args(args)
-        .args(["--out", "json"]);
-    json_of(&format!("halite-run {args:?}"), &run_command(cmd, TIMEOUT))
 }
 
 /// Stock `salt --show-jid <args> --out json`: the job's jid and what it printed per minion.
@@ -122,12 +97,12 @@ fn job_cache_true_stock_salt_run_finds_the_stock_minions_return() {
     // The return's event reaches `salt` before the writer has the return in the tree.
     let mut found = Value::Null;
     let stored = wait_until(TIMEOUT, || {
-        found = salt_run(&root, &["jobs.lookup_jid", &jid]);
+        found = salt_run_json(&root, &["jobs.lookup_jid", &jid]);
         found == json!({MINION: "kept"})
     });
     assert!(stored, "salt-run jobs.lookup_jid {jid}: {found}");
     assert_eq!(
-        halite_run(&root, &["jobs.lookup_jid", &jid]),
+        halite_run_json(&root, &["jobs.lookup_jid", &jid]),
         json!({MINION: "kept"})
     );
 }
@@ -144,12 +119,12 @@ fn job_cache_false_keeps_returns_out_of_local_cache_as_stock_does_and_halite_run
     // writer writes both before it acknowledges the return.
     let mut found = Value::Null;
     let stored = wait_until(TIMEOUT, || {
-        found = halite_run(&halite_root, &["jobs.lookup_jid", &jid]);
+        found = halite_run_json(&halite_root, &["jobs.lookup_jid", &jid]);
         found == json!({MINION: "not-in-the-tree"})
     });
     assert!(stored, "halite-run jobs.lookup_jid {jid}: {found}");
-    let halite_lookup = salt_run(&halite_root, &["jobs.lookup_jid", &jid]);
-    let halite_jobs = salt_run(&halite_root, &["jobs.list_jobs"]);
+    let halite_lookup = salt_run_json(&halite_root, &["jobs.lookup_jid", &jid]);
+    let halite_jobs = salt_run_json(&halite_root, &["jobs.list_jobs"]);
     assert!(
         halite_jobs.get(&jid).is_some(),
         "salt-run jobs.list_jobs lacks {jid}: {halite_jobs}"
@@ -159,8 +134,8 @@ fn job_cache_false_keeps_returns_out_of_local_cache_as_stock_does_and_halite_run
     let stock_root = TempRoot::with_master_extra(extra);
     let (_master, _minion) = master_and_minion(&stock_root, true);
     let stock_jid = run_jobs(&stock_root, "not-in-the-tree");
-    let stock_lookup = salt_run(&stock_root, &["jobs.lookup_jid", &stock_jid]);
-    let stock_jobs = salt_run(&stock_root, &["jobs.list_jobs"]);
+    let stock_lookup = salt_run_json(&stock_root, &["jobs.lookup_jid", &stock_jid]);
+    let stock_jobs = salt_run_json(&stock_root, &["jobs.list_jobs"]);
     assert!(
         stock_jobs.get(&stock_jid).is_some(),
         "stock master: salt-run jobs.list_jobs lacks {stock_jid}: {stock_jobs}"

@@ -6,21 +6,8 @@ mod common;
 
 use common::*;
 use halite_testkit::*;
-use serde_json::{json, Value};
+use serde_json::json;
 use std::time::Duration;
-
-fn salt_run_json(root: &TempRoot, args: &[&str]) -> Value {
-    let mut all = args.to_vec();
-    all.extend(["--out", "json", "-l", "quiet"]);
-    let out = run_stock(root, "salt-run", &all);
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "salt-run {args:?}: not JSON ({e}): {}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
-}
 
 #[test]
 fn stock_salt_run_manage_and_jobs_work_against_a_halite_master() {

@@ -36,6 +36,7 @@
 pub mod api_bench;
 pub mod bench;
 pub mod exec;
+pub mod floors;
 pub mod keys;
 pub mod minion;
 pub mod pool;

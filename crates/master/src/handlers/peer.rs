@@ -769,6 +769,7 @@ mod tests {
                     jid,
                     minion_id: "db1",
                     load: &ret,
+                    owed: false,
                 }],
                 1,
             )

@@ -86,3 +86,38 @@ pub fn clear_request(port: u16, load: halite_proto::Value) -> halite_proto::Valu
     .expect("the master answers within 30 s");
     value::decode(&reply).expect("the reply is msgpack")
 }
+
+/// `out`'s stdout as JSON, or a panic naming `what` with both outputs.
+pub fn json_of(what: &str, out: &std::process::Output) -> Value {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{what}: not JSON ({e}): {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// Stock `salt-run <args> --out json -l quiet` against the root's master.
+pub fn salt_run_json(root: &TempRoot, args: &[&str]) -> Value {
+    let mut all = args.to_vec();
+    all.extend(["--out", "json", "-l", "quiet"]);
+    json_of(
+        &format!("salt-run {args:?}"),
+        &halite_testkit::run_stock(root, "salt-run", &all),
+    )
+}
+
+/// `halite-run -c <root> <args>`.
+pub fn halite_run(root: &TempRoot, args: &[&str]) -> std::process::Output {
+    let mut cmd = std::process::Command::new(halite_testkit::halite_bin("halite-run"));
+    cmd.arg("-c").arg(root.master_config_dir()).args(args);
+    halite_testkit::run_command(cmd, halite_testkit::TIMEOUT)
+}
+
+/// `halite-run <args> --out json`.
+pub fn halite_run_json(root: &TempRoot, args: &[&str]) -> Value {
+    let mut all = args.to_vec();
+    all.extend(["--out", "json"]);
+    json_of(&format!("halite-run {args:?}"), &halite_run(root, &all))
+}

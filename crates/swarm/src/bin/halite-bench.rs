@@ -76,7 +76,17 @@ struct Cli {
 #[derive(clap::Subcommand, Debug)]
 enum Command {
     /// Load an HTTP API (halite-api or salt-api): `POST /` local test.ping and `/events`.
-    Api(halite_swarm::api_bench::ApiArgs),
+    Api(Box<halite_swarm::api_bench::ApiArgs>),
+    /// The floors of a sign-in and a return on this machine (RSA, Crypticle, msgpack, a
+    /// loopback TCP write, file creation and fsync under DIR), as JSON.
+    Floors {
+        /// Where the file-system figures are taken (the masters' file system).
+        #[arg(long, default_value = "/tmp")]
+        dir: PathBuf,
+        /// Seconds per measure.
+        #[arg(long, default_value_t = 2.0)]
+        secs: f64,
+    },
 }
 
 fn main() -> ExitCode {
@@ -86,7 +96,10 @@ fn main() -> ExitCode {
         .with_env_filter("warn")
         .init();
     let result = match cli.command {
-        Some(Command::Api(args)) => halite_swarm::api_bench::main(args),
+        Some(Command::Api(args)) => halite_swarm::api_bench::main(*args),
+        Some(Command::Floors { dir, secs }) => halite_swarm::floors::measure(&dir, secs)
+            .map(|floors| println!("{floors:#}"))
+            .map_err(|e| e.to_string()),
         None => run(cli),
     };
     match result {
