@@ -467,8 +467,9 @@ impl Writer {
 
     /// Writes `batch`; answers what failed on I/O, to try again. A batch that panics is
     /// written again one write at a time, and a write that panics alone is dropped.
-    /// Every return of the batch is then acknowledged: it is written, or kept in memory
-    /// to retry (the job cache failing), or can never be written (logged).
+    /// Every return of the batch is acknowledged by then ([`write_batch`] does it once redb
+    /// has them; here for those whose batch panicked first): it is stored, or kept in
+    /// memory to retry (the job cache failing), or can never be stored (logged).
     fn write(&self, mut batch: Vec<Pending>) -> Vec<Pending> {
         let written = boundary::isolate(&self.stats, "the job-cache writer", || {
             write_batch(self.store.as_ref(), &self.local, &mut batch);

@@ -115,8 +115,9 @@ fn job_cache_false_keeps_returns_out_of_local_cache_as_stock_does_and_halite_run
     let halite_root = TempRoot::with_master_extra(extra);
     let (master, minion) = master_and_minion(&halite_root, false);
     let jid = run_jobs(&halite_root, "not-in-the-tree");
-    // Halite stores the return (redb); once it is there, the tree would have it too: the
-    // writer writes both before it acknowledges the return.
+    // Halite stores the return (redb); the writer writes a return's tree file (were it
+    // to write one) in the same pass, right after the redb commit, so by the time
+    // `halite-run` finds it the tree has had its chance.
     let mut found = Value::Null;
     let stored = wait_until(TIMEOUT, || {
         found = halite_run_json(&halite_root, &["jobs.lookup_jid", &jid]);
