@@ -204,6 +204,12 @@ pub struct Hub {
     wake: Notify,
     journal: AtomicBool,
     jobs: bool,
+    /// Connected upstream now.
+    connected: AtomicBool,
+    /// When the first stream subscribed while the hub was not connected: the hub then
+    /// reads the journal from that moment, not from when its connection is made, so an
+    /// event fired after a client's stream opened (its preamble sent) is never missed.
+    wanted_since: std::sync::Mutex<Option<chrono::DateTime<chrono::Utc>>>,
 }
 
 impl Hub {
@@ -217,12 +223,20 @@ impl Hub {
             wake: Notify::new(),
             journal: AtomicBool::new(false),
             jobs,
+            connected: AtomicBool::new(false),
+            wanted_since: std::sync::Mutex::new(None),
         })
     }
 
     /// A receiver of the frames from now on; wakes the hub if it sleeps.
     pub fn subscribe(&self) -> broadcast::Receiver<Arc<Frame>> {
         let rx = self.tx.subscribe();
+        if !self.connected.load(Ordering::Acquire) {
+            self.wanted_since
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get_or_insert_with(chrono::Utc::now);
+        }
         self.wake.notify_one();
         rx
     }
@@ -246,12 +260,22 @@ impl Hub {
                     () = shutdown.cancelled() => return,
                 }
             }
-            let Some(mut stream) = self.connect().await else {
+            let since = self
+                .wanted_since
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .unwrap_or_else(chrono::Utc::now);
+            let Some(mut stream) = self.connect(since).await else {
                 tokio::select! {
                     () = tokio::time::sleep(RETRY) => continue,
                     () = shutdown.cancelled() => return,
                 }
             };
+            self.connected.store(true, Ordering::Release);
+            self.wanted_since
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take();
             loop {
                 tokio::select! {
                     ev = stream.recv() => match ev {
@@ -275,17 +299,14 @@ impl Hub {
                     () = shutdown.cancelled() => return,
                 }
             }
+            self.connected.store(false, Ordering::Release);
             self.journal.store(false, Ordering::Relaxed);
         }
     }
 
-    /// The journal from now (ids), else the bus live; `None` when neither answers.
-    async fn connect(&self) -> Option<EventStream> {
-        match self
-            .bus
-            .listen(TagFilter::All, Since::Time(chrono::Utc::now()))
-            .await
-        {
+    /// The journal from `since` (ids), else the bus live; `None` when neither answers.
+    async fn connect(&self, since: chrono::DateTime<chrono::Utc>) -> Option<EventStream> {
+        match self.bus.listen(TagFilter::All, Since::Time(since)).await {
             Ok(stream) => {
                 self.journal.store(true, Ordering::Relaxed);
                 return Some(stream.reconnecting(true));
