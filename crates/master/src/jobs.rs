@@ -665,13 +665,7 @@ fn write_tree(
             JobOp::Load { .. } => None,
         })
         .collect();
-    if let Err(e) = store.settle_owed(&done) {
-        // They stay owed: the next start writes them again (a duplicate is skipped).
-        tracing::warn!(
-            "Could not record {} local_cache returns as written: {e}",
-            done.len()
-        );
-    }
+    settle_written(store, &done);
 }
 
 /// Writes the `local_cache` files of returns stored but not written when the master last
@@ -706,7 +700,13 @@ fn recover_owed(store: &dyn JobStore, local: &LocalCacheWriter) {
         done.len(),
         owed.len()
     );
-    if let Err(e) = store.settle_owed(&done) {
+    settle_written(store, &done);
+}
+
+/// Records `done` (`(jid, minion)`) as written to `local_cache`. On failure they stay
+/// owed: the next start writes them again, and a whole file already there is skipped.
+fn settle_written(store: &dyn JobStore, done: &[(&str, &str)]) {
+    if let Err(e) = store.settle_owed(done) {
         tracing::warn!(
             "Could not record {} local_cache returns as written: {e}",
             done.len()

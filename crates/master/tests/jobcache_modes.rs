@@ -88,6 +88,25 @@ fn run_jobs(root: &TempRoot, word: &str) -> String {
     jid
 }
 
+/// Waits until `lookup` (`salt_run_json` or `halite_run_json`) of `jobs.lookup_jid <jid>`
+/// gives `expected`.
+fn wait_for_lookup(
+    lookup: fn(&TempRoot, &[&str]) -> Value,
+    root: &TempRoot,
+    jid: &str,
+    expected: Value,
+) {
+    let mut found = Value::Null;
+    let stored = wait_until(TIMEOUT, || {
+        found = lookup(root, &["jobs.lookup_jid", jid]);
+        found == expected
+    });
+    assert!(
+        stored,
+        "jobs.lookup_jid {jid}: {found}, expected {expected}"
+    );
+}
+
 #[test]
 fn job_cache_true_stock_salt_run_finds_the_stock_minions_return() {
     let root = TempRoot::with_master_extra("auto_accept: True\njob_cache: True\n");
@@ -95,12 +114,7 @@ fn job_cache_true_stock_salt_run_finds_the_stock_minions_return() {
     let jid = run_jobs(&root, "kept");
 
     // The return's event reaches `salt` before the writer has the return in the tree.
-    let mut found = Value::Null;
-    let stored = wait_until(TIMEOUT, || {
-        found = salt_run_json(&root, &["jobs.lookup_jid", &jid]);
-        found == json!({MINION: "kept"})
-    });
-    assert!(stored, "salt-run jobs.lookup_jid {jid}: {found}");
+    wait_for_lookup(salt_run_json, &root, &jid, json!({MINION: "kept"}));
     assert_eq!(
         halite_run_json(&root, &["jobs.lookup_jid", &jid]),
         json!({MINION: "kept"})
@@ -118,12 +132,12 @@ fn job_cache_false_keeps_returns_out_of_local_cache_as_stock_does_and_halite_run
     // Halite stores the return (redb); the writer writes a return's tree file (were it
     // to write one) in the same pass, right after the redb commit, so by the time
     // `halite-run` finds it the tree has had its chance.
-    let mut found = Value::Null;
-    let stored = wait_until(TIMEOUT, || {
-        found = halite_run_json(&halite_root, &["jobs.lookup_jid", &jid]);
-        found == json!({MINION: "not-in-the-tree"})
-    });
-    assert!(stored, "halite-run jobs.lookup_jid {jid}: {found}");
+    wait_for_lookup(
+        halite_run_json,
+        &halite_root,
+        &jid,
+        json!({MINION: "not-in-the-tree"}),
+    );
     let halite_lookup = salt_run_json(&halite_root, &["jobs.lookup_jid", &jid]);
     let halite_jobs = salt_run_json(&halite_root, &["jobs.list_jobs"]);
     assert!(

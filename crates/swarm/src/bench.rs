@@ -569,6 +569,8 @@ async fn measure(
     let swarm_cpu1 = cpu_secs(&[swarm.pid()]);
     let phase_secs = phase_start.elapsed().as_secs_f64();
     let peak = sampler.take_peak(pid);
+    // The swarm's own footprint, once every minion has answered jobs.
+    let swarm_rss_kib = rss_kib(&[swarm.pid()]) as f64;
     out["publish"] = json!({
         "completed": samples.len(),
         "requested": opts.publishes,
@@ -580,9 +582,8 @@ async fn measure(
         "phase_secs": phase_secs,
         "master_cpu_secs": cpu1 - cpu0,
         "master_cpu_secs_per_publish": (cpu1 - cpu0) / (samples.len().max(1) as f64),
-        // The swarm's own footprint, once every minion has answered jobs.
-        "swarm_rss_mib": rss_kib(&[swarm.pid()]) as f64 / 1024.0,
-        "swarm_rss_kib_per_minion": rss_kib(&[swarm.pid()]) as f64 / n.max(1) as f64,
+        "swarm_rss_mib": swarm_rss_kib / 1024.0,
+        "swarm_rss_kib_per_minion": swarm_rss_kib / n.max(1) as f64,
         "returns_acknowledged": acked,
         "ack_wait_secs": ack_wait,
         "swarm_cpu_secs": swarm_cpu1 - swarm_cpu0,
