@@ -2,13 +2,16 @@
 """Issue-3 benchmark: Halite minions vs stock salt-minions, behind the same Halite master.
 
 Measures, in one run on this machine:
-  * idle RSS of one minion (process tree), Halite vs stock;
+  * idle RSS and PSS of one minion (process tree), Halite vs stock;
   * start -> first successful test.ping for a brand-new minion (fresh key, auto_accept),
     and for a minion whose key is already accepted, Halite vs stock;
   * `halite '*' test.ping` wall time (p50 of RUNS) with N Halite minions vs N stock minions.
 
 Run with the stock venv's python after `cargo build --release`:
     .salt-venv/bin/python bench/minion.py [--n 20] [--runs 20] [--trials 3]
+        [--halite-minion PATH]
+--halite-minion measures another build of the minion, e.g. the packaged one
+(`scripts/lean-minion` prints its path); the master and CLI stay those of target/release.
 """
 import argparse
 import json
@@ -56,8 +59,21 @@ def first_ping(mdir, mid, t0, budget=120):
         ev.destroy()
 
 
+def pss_kib(pids):
+    total = 0
+    for p in pids:
+        try:
+            with open(f"/proc/{p}/smaps_rollup") as f:
+                for line in f:
+                    if line.startswith("Pss:"):
+                        total += int(line.split()[1])
+        except OSError:
+            pass
+    return total
+
+
 def startup(kind, trials):
-    fresh, reuse, rss = [], [], []
+    fresh, reuse, rss, pss = [], [], [], []
     for _ in range(trials):
         base = tempfile.mkdtemp(prefix="hm-", dir="/tmp")
         mdir, master = start_master(base, 1)
@@ -66,6 +82,7 @@ def startup(kind, trials):
         fresh.append(first_ping(mdir, "bm0", t0))
         time.sleep(3)
         rss.append(mp.rss_kib(mp.tree(p.pid)) / 1024)
+        pss.append(pss_kib(mp.tree(p.pid)) / 1024)
         mp.stop(p)
         time.sleep(1)
         t0 = time.monotonic()
@@ -76,7 +93,7 @@ def startup(kind, trials):
         shutil.rmtree(base, ignore_errors=True)
     med = lambda xs: round(statistics.median([x for x in xs if x is not None]), 3) if any(x is not None for x in xs) else None
     return {"minion": kind, "fresh_key_first_ping_s": med(fresh), "known_key_first_ping_s": med(reuse),
-            "idle_rss_mib": round(statistics.median(rss), 1)}
+            "idle_rss_mib": round(statistics.median(rss), 2), "idle_pss_mib": round(statistics.median(pss), 2)}
 
 
 def fleet(kind, n, runs):
@@ -109,7 +126,10 @@ def main():
     ap.add_argument("--runs", type=int, default=20)
     ap.add_argument("--trials", type=int, default=3)
     ap.add_argument("--startup-only", action="store_true")
+    ap.add_argument("--halite-minion", help="the halite-minion binary to measure")
     a = ap.parse_args()
+    if a.halite_minion:
+        MINION["halite"] = [os.path.abspath(a.halite_minion)]
     res = {}
     for kind in ("halite", "stock"):
         res[f"startup_{kind}"] = startup(kind, a.trials)
@@ -122,6 +142,7 @@ def main():
     h, s = res["startup_halite"], res["startup_stock"]
     fh, fs = res["fleet_halite"], res["fleet_stock"]
     print(f"\nidle minion RSS: halite {h['idle_rss_mib']} MiB vs stock {s['idle_rss_mib']} MiB")
+    print(f"idle minion PSS: halite {h['idle_pss_mib']} MiB vs stock {s['idle_pss_mib']} MiB")
     print(f"new minion start -> first ping: halite {h['fresh_key_first_ping_s']} s vs stock {s['fresh_key_first_ping_s']} s")
     print(f"known minion start -> first ping: halite {h['known_key_first_ping_s']} s vs stock {s['known_key_first_ping_s']} s")
     print(f"test.ping with {a.n} minions (Halite master, halite CLI): halite minions {fh['ping_p50_s']} s vs stock minions {fs['ping_p50_s']} s")

@@ -7,7 +7,7 @@
 
 use halite_proto::crypticle::Crypticle;
 use std::collections::HashMap;
-use std::io::Write;
+use std::io::{Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
@@ -46,12 +46,14 @@ impl Sessions {
             }
             return None;
         }
-        let path = self.dir.join(id);
-        let made = std::fs::metadata(&path).and_then(|m| m.modified()).ok()?;
+        let mut file = std::fs::File::open(self.dir.join(id)).ok()?;
+        let made = file.metadata().and_then(|m| m.modified()).ok()?;
         if !self.fresh(made, now) {
             return None;
         }
-        let c = Arc::new(Crypticle::new(&std::fs::read_to_string(&path).ok()?).ok()?);
+        let mut text = String::new();
+        file.read_to_string(&mut text).ok()?;
+        let c = Arc::new(Crypticle::new(&text).ok()?);
         self.map
             .write()
             .ok()?
@@ -60,21 +62,35 @@ impl Sessions {
     }
 
     /// The session key to hand `id` in an auth reply: the current one, or a new one.
+    ///
+    /// The file is written in place, as stock's `Crypticle.write_key` does, without a
+    /// temporary file and rename (a third of a first sign-in's file work): a file cut short
+    /// by a crash does not decode, so the minion's next request gets "bad load" and it signs
+    /// in again, the same as a missing file.
     pub fn get_or_create(&self, id: &str, now: SystemTime) -> std::io::Result<Arc<Crypticle>> {
         if let Some(c) = self.get(id, now) {
             return Ok(c);
         }
         let c = Arc::new(Crypticle::generate());
         let path = self.dir.join(id);
-        let tmp = self.dir.join(format!(".{id}.tmp"));
-        let mut f = std::fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .open(&tmp)?;
+        let open = || {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .custom_flags(libc::O_NOFOLLOW)
+                .open(&path)
+        };
+        let mut f = match open() {
+            // A symlink in its place is replaced, never followed.
+            Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+                std::fs::remove_file(&path)?;
+                open()?
+            }
+            r => r?,
+        };
         f.write_all(c.key_string().as_bytes())?;
-        std::fs::rename(&tmp, &path)?;
         self.map
             .write()
             .unwrap_or_else(|e| e.into_inner())
@@ -111,5 +127,42 @@ mod tests {
             .unwrap()
             .get("m1", now)
             .is_none());
+    }
+
+    #[test]
+    fn a_session_file_cut_short_by_a_crash_is_replaced_by_a_new_key() {
+        let dir = tempfile::tempdir().unwrap();
+        let now = SystemTime::now();
+        let k = Sessions::new(dir.path(), 60)
+            .unwrap()
+            .get_or_create("m1", now)
+            .unwrap()
+            .key_string()
+            .to_owned();
+        let path = dir.path().join("sessions").join("m1");
+        std::fs::write(&path, &k[..k.len() / 2]).unwrap();
+        let after = Sessions::new(dir.path(), 60).unwrap();
+        assert!(after.get("m1", now).is_none());
+        let new = after
+            .get_or_create("m1", now)
+            .unwrap()
+            .key_string()
+            .to_owned();
+        assert_ne!(new, k);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), new);
+    }
+
+    #[test]
+    fn a_symlink_in_place_of_a_session_file_is_replaced_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("elsewhere");
+        std::fs::write(&target, "keep").unwrap();
+        let s = Sessions::new(dir.path(), 60).unwrap();
+        let path = dir.path().join("sessions").join("m1");
+        std::os::unix::fs::symlink(&target, &path).unwrap();
+        let k = s.get_or_create("m1", SystemTime::now()).unwrap();
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "keep");
+        assert!(!std::fs::symlink_metadata(&path).unwrap().is_symlink());
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), k.key_string());
     }
 }
