@@ -64,9 +64,9 @@ impl Sessions {
     /// The session key to hand `id` in an auth reply: the current one, or a new one.
     ///
     /// The file is written in place, as stock's `Crypticle.write_key` does, without a
-    /// temporary file and rename (a third of a first sign-in's file work): a file cut short
-    /// by a crash does not decode, so the minion's next request gets "bad load" and it signs
-    /// in again, the same as a missing file.
+    /// temporary name and a rename per first sign-in: a file cut short by a crash does not
+    /// decode, so the minion's next request gets "bad load" and it signs in again, the same
+    /// as a missing file.
     pub fn get_or_create(&self, id: &str, now: SystemTime) -> std::io::Result<Arc<Crypticle>> {
         if let Some(c) = self.get(id, now) {
             return Ok(c);
