@@ -51,17 +51,26 @@ def tree(pid):
     return out
 
 
-def rss_kib(pids):
+def _sum_kib(pids, name, field):
+    """The sum of `field` (a kB line of /proc/<pid>/<name>) over `pids`; gone processes count 0."""
     total = 0
     for p in pids:
         try:
-            with open(f"/proc/{p}/status") as f:
+            with open(f"/proc/{p}/{name}") as f:
                 for line in f:
-                    if line.startswith("VmRSS:"):
+                    if line.startswith(field):
                         total += int(line.split()[1])
         except OSError:
             pass
     return total
+
+
+def rss_kib(pids):
+    return _sum_kib(pids, "status", "VmRSS:")
+
+
+def pss_kib(pids):
+    return _sum_kib(pids, "smaps_rollup", "Pss:")
 
 
 def cpu_s(pids):

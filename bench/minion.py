@@ -59,19 +59,6 @@ def first_ping(mdir, mid, t0, budget=120):
         ev.destroy()
 
 
-def pss_kib(pids):
-    total = 0
-    for p in pids:
-        try:
-            with open(f"/proc/{p}/smaps_rollup") as f:
-                for line in f:
-                    if line.startswith("Pss:"):
-                        total += int(line.split()[1])
-        except OSError:
-            pass
-    return total
-
-
 def startup(kind, trials):
     fresh, reuse, rss, pss = [], [], [], []
     for _ in range(trials):
@@ -82,7 +69,7 @@ def startup(kind, trials):
         fresh.append(first_ping(mdir, "bm0", t0))
         time.sleep(3)
         rss.append(mp.rss_kib(mp.tree(p.pid)) / 1024)
-        pss.append(pss_kib(mp.tree(p.pid)) / 1024)
+        pss.append(mp.pss_kib(mp.tree(p.pid)) / 1024)
         mp.stop(p)
         time.sleep(1)
         t0 = time.monotonic()

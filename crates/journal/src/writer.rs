@@ -320,25 +320,31 @@ mod tests {
     use halite_bus::{BusServer, BusSockets, EVENT_OVERHEAD, SUBSCRIBER_BACKLOG_BYTES};
     use halite_proto::value::{self, map};
     use halite_proto::Value;
+    use std::path::Path;
+
+    /// A master bus in `dir`.
+    async fn bus_in(dir: &Path) -> BusServer {
+        BusServer::bind(&BusSockets::master(dir), 1 << 20)
+            .await
+            .unwrap()
+    }
+
+    /// A journal in `dir` that keeps everything.
+    fn journal_in(dir: &Path) -> Journal {
+        let retention = Retention {
+            max_bytes: 1 << 30,
+            max_age: None,
+        };
+        Journal::open(dir.join("events.redb"), retention).unwrap()
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn events_arriving_within_the_commit_interval_share_one_transaction() {
         let dir = tempfile::tempdir().unwrap();
-        let server = BusServer::bind(&BusSockets::master(dir.path()), 1 << 20)
-            .await
-            .unwrap();
+        let server = bus_in(dir.path()).await;
         let bus = server.handle();
         let sub = bus.subscribe();
-        let journal = Arc::new(
-            Journal::open(
-                dir.path().join("events.redb"),
-                Retention {
-                    max_bytes: 1 << 30,
-                    max_age: None,
-                },
-            )
-            .unwrap(),
-        );
+        let journal = Arc::new(journal_in(dir.path()));
         let (live, mut committed) = broadcast::channel(LIVE_CAPACITY);
         let stop = CancellationToken::new();
         let writer = tokio::spawn({
@@ -367,9 +373,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn events_the_bus_refused_to_a_stuck_journal_leave_a_gap_entry_in_their_place() {
         let dir = tempfile::tempdir().unwrap();
-        let server = BusServer::bind(&BusSockets::master(dir.path()), 1 << 20)
-            .await
-            .unwrap();
+        let server = bus_in(dir.path()).await;
         let bus = server.handle();
         let sub = bus.subscribe();
         // In-process fires never wait: past two budgets, the journal is refused some.
@@ -382,14 +386,7 @@ mod tests {
         }
         let refused = bus.dropped_events();
         assert!(refused > 0, "nothing was refused");
-        let journal = Journal::open(
-            dir.path().join("events.redb"),
-            Retention {
-                max_bytes: 1 << 30,
-                max_age: None,
-            },
-        )
-        .unwrap();
+        let journal = journal_in(dir.path());
         let (live, _) = broadcast::channel(LIVE_CAPACITY);
         let stop = CancellationToken::new();
         stop.cancel();
