@@ -254,6 +254,9 @@ async fn live_listening_reads_the_journal_from_now_and_firing_goes_through_the_p
         .fire("other/x", map([("n", Value::from(0))]))
         .await
         .unwrap();
+    // One connection per `fire`, served concurrently: without this wait the bus may take
+    // the next event in first.
+    m.wait_stored(3).await;
     client
         .fire("myapp/deploy", map([("ok", Value::from(true))]))
         .await
